@@ -1,0 +1,65 @@
+"""hybridkb: a hybrid-search knowledge store (BM25 + dense vectors, fused).
+
+    import hybridkb
+    kb = hybridkb.open("kb.db")                 # one SQLite file, default offline model
+    kb.add("Use SQLite for local storage", kind="decision")
+    for hit in kb.search("where do we keep data?"):
+        print(hit.score, hit.source_label, hit.text)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .embedding import Embedder, HashingEmbedder, MiniLMEmbedder, get_embedder
+from .errors import (
+    BackendUnavailableError,
+    DimensionMismatchError,
+    EmbedderMismatchError,
+    HybridKBError,
+    InvalidFilterError,
+    InvalidInputError,
+    NotFoundError,
+    StoreError,
+)
+from .model import Filters, Hit, Item, RetrieverHit, SearchResult
+from .scoring import ScorePolicy
+from .store import KnowledgeBase
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendUnavailableError", "DimensionMismatchError", "Embedder", "EmbedderMismatchError",
+    "Filters", "HashingEmbedder", "Hit", "HybridKBError", "InvalidFilterError", "InvalidInputError",
+    "Item", "KnowledgeBase", "MiniLMEmbedder", "NotFoundError", "RetrieverHit", "ScorePolicy",
+    "SearchResult", "StoreError", "open",
+]
+
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def open(  # noqa: A001 - mirrors the builtin on purpose: hybridkb.open(path)
+    target: str | Path, *, embedder: Embedder | str | None = "default",
+    score_policy: ScorePolicy | None = None, **backend_options: Any,
+) -> KnowledgeBase:
+    """Open (creating if needed) a store: a file path for SQLite, a postgresql:// URL for PostgreSQL.
+
+    `embedder` is "default" (all-MiniLM-L6-v2, offline), an Embedder, a name
+    ("hashing-64"), or None for a full-text-only store.
+    """
+    model = get_embedder(embedder)
+    location = str(target)
+    if location.startswith(_POSTGRES_SCHEMES):
+        from .backends.postgres import open_postgres
+
+        backend: Any = open_postgres(location, **backend_options)
+    else:
+        from .backends.sqlite import open_sqlite
+
+        backend = open_sqlite(location, **backend_options)
+    try:
+        return KnowledgeBase(backend, model, score_policy=score_policy)
+    except BaseException:
+        backend.close()
+        raise

@@ -1,0 +1,62 @@
+"""The one place that picks a sqlite3 module able to load sqlite-vec.
+
+The stdlib module when it can load extensions; otherwise `sqlean.py`, a
+drop-in sqlite3 with extension loading (pyenv builds lack it).
+"""
+
+from __future__ import annotations
+
+import sqlite3 as _stdlib
+from types import ModuleType
+from typing import Any
+
+from ..errors import BackendUnavailableError
+
+_driver: ModuleType | None = None
+
+
+def _can_load_extensions(module: ModuleType) -> bool:
+    conn = module.connect(":memory:")
+    try:
+        return hasattr(conn, "enable_load_extension")
+    finally:
+        conn.close()
+
+
+def driver() -> ModuleType:
+    global _driver
+    if _driver is None:
+        if _can_load_extensions(_stdlib):
+            _driver = _stdlib
+        else:
+            try:
+                import sqlean
+            except ImportError as exc:
+                raise BackendUnavailableError(
+                    "this Python's sqlite3 cannot load extensions and sqlean.py is missing: "
+                    "pip install sqlean.py"
+                ) from exc
+            _driver = sqlean
+    return _driver
+
+
+def connect(path: str, *, timeout: float) -> Any:
+    """Open a connection with sqlite-vec loaded, in autocommit mode (we BEGIN ourselves)."""
+    module = driver()
+    conn = module.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
+    try:
+        import sqlite_vec
+
+        conn.enable_load_extension(True)
+        sqlite_vec.load(conn)
+        conn.enable_load_extension(False)
+    except Exception as exc:
+        conn.close()
+        raise BackendUnavailableError(f"cannot load the sqlite-vec extension: {exc}") from exc
+    return conn
+
+
+def errors() -> tuple[type[Exception], type[Exception]]:
+    """(OperationalError, DatabaseError) of the chosen driver."""
+    module = driver()
+    return module.OperationalError, module.DatabaseError

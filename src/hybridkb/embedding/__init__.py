@@ -1,0 +1,33 @@
+"""Embedders: the protocol, the default offline model, a deterministic test model."""
+
+from __future__ import annotations
+
+from ..errors import InvalidInputError
+from .base import Embedder, Vectors, content_hash, normalize_rows
+from .hashing import HashingEmbedder
+from .minilm import MiniLMEmbedder
+
+DEFAULT = "minilm"
+
+__all__ = [
+    "DEFAULT", "Embedder", "HashingEmbedder", "MiniLMEmbedder", "Vectors",
+    "content_hash", "get_embedder", "normalize_rows",
+]
+
+
+def get_embedder(spec: Embedder | str | None) -> Embedder | None:
+    """Resolve "minilm" / "default", "hashing[-DIM]", "none" / None, or an instance."""
+    if spec is None or isinstance(spec, Embedder):
+        return spec
+    name = spec.strip().lower()
+    if name in ("none", "", "off"):
+        return None
+    if name in ("minilm", "default", MiniLMEmbedder.name.lower(), "all-minilm-l6-v2"):
+        return MiniLMEmbedder()
+    if name.startswith("hashing"):
+        _, _, dim = name.partition("-")
+        try:
+            return HashingEmbedder(int(dim) if dim else 64)
+        except ValueError:
+            pass
+    raise InvalidInputError(f"unknown embedder {spec!r}; use 'minilm', 'hashing-DIM' or 'none'")

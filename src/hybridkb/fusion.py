@@ -1,0 +1,122 @@
+"""Rank fusion of retriever lists. Pure functions: plain values in, new values out.
+
+Every list is ordered best first. Scored lists carry a raw score where higher is
+better (backends turn BM25 and cosine distance into that form).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from .errors import InvalidInputError
+
+RRF_K = 60  # Cormack, Clarke & Büttcher (2009): k = 60, ranks 1-based.
+
+Ranked = Sequence[str]
+Scored = Sequence[tuple[str, float]]
+Fused = list[tuple[str, float]]
+
+
+def _check_weights(n_lists: int, weights: Sequence[float] | None) -> list[float]:
+    if weights is None:
+        return [1.0] * n_lists
+    if len(weights) != n_lists:
+        raise InvalidInputError(f"{len(weights)} weights given for {n_lists} lists")
+    out = [float(w) for w in weights]
+    if any(not math.isfinite(w) or w < 0 for w in out):
+        raise InvalidInputError(f"weights must be finite and >= 0: {list(weights)}")
+    return out
+
+
+def _sorted(scores: dict[str, float]) -> Fused:
+    """Descending score, ties broken by id so pages are stable."""
+    return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def rrf(lists: Sequence[Ranked], *, k: float = RRF_K, weights: Sequence[float] | None = None) -> Fused:
+    """Weighted Reciprocal Rank Fusion: score(d) = Σ w_i / (k + rank_i(d)), ranks from 1."""
+    if not k > 0 or not math.isfinite(k):
+        raise InvalidInputError(f"RRF k must be a positive number, got {k!r}")
+    ws = _check_weights(len(lists), weights)
+    scores: dict[str, float] = {}
+    for w, ranked in zip(ws, lists, strict=True):
+        seen: set[str] = set()
+        for rank, doc in enumerate(ranked, start=1):
+            if doc in seen:  # a duplicate id in one list counts once, at its best rank
+                continue
+            seen.add(doc)
+            scores[doc] = scores.get(doc, 0.0) + w / (k + rank)
+    return _sorted(scores)
+
+
+def _minmax(scored: Scored) -> dict[str, float]:
+    if not scored:
+        return {}
+    values = [s for _, s in scored]
+    lo, hi = min(values), max(values)
+    if hi - lo <= 1e-12:
+        return {doc: 1.0 for doc, _ in scored}
+    return {doc: (s - lo) / (hi - lo) for doc, s in scored}
+
+
+def _distribution(scored: Scored) -> dict[str, float]:
+    """DBSF normalization: map mean ± 3σ of the list's scores onto [0, 1]."""
+    if not scored:
+        return {}
+    values = [s for _, s in scored]
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    if std <= 1e-12:
+        return {doc: 0.5 for doc, _ in scored}
+    lo, span = mean - 3 * std, 6 * std
+    return {doc: min(1.0, max(0.0, (s - lo) / span)) for doc, s in scored}
+
+
+def _normalized_sum(
+    lists: Sequence[Scored], weights: Sequence[float] | None,
+    normalize: Callable[[Scored], dict[str, float]],
+) -> Fused:
+    ws = _check_weights(len(lists), weights)
+    scores: dict[str, float] = {}
+    for w, scored in zip(ws, lists, strict=True):
+        for doc, s in normalize(_first_occurrences(scored)).items():
+            scores[doc] = scores.get(doc, 0.0) + w * s
+    return _sorted(scores)
+
+
+def _first_occurrences(scored: Scored) -> list[tuple[str, float]]:
+    seen: set[str] = set()
+    out = []
+    for doc, s in scored:
+        if doc not in seen and math.isfinite(s):
+            seen.add(doc)
+            out.append((doc, s))
+    return out
+
+
+def convex(lists: Sequence[Scored], *, weights: Sequence[float] | None = None) -> Fused:
+    """Min-max normalize each list's scores to [0, 1], then sum them with weights."""
+    return _normalized_sum(lists, weights, _minmax)
+
+
+def dbsf(lists: Sequence[Scored], *, weights: Sequence[float] | None = None) -> Fused:
+    """Distribution-based score fusion: each list normalized by mean ± 3σ, then summed."""
+    return _normalized_sum(lists, weights, _distribution)
+
+
+FUSIONS = ("rrf", "convex", "dbsf")
+
+
+def fuse(
+    method: str, lists: Sequence[Scored], *, weights: Sequence[float] | None = None,
+    k: float = RRF_K,
+) -> Fused:
+    """Dispatch by name; `lists` carry scores, which RRF ignores."""
+    if method == "rrf":
+        return rrf([[doc for doc, _ in scored] for scored in lists], k=k, weights=weights)
+    if method == "convex":
+        return convex(lists, weights=weights)
+    if method == "dbsf":
+        return dbsf(lists, weights=weights)
+    raise InvalidInputError(f"unknown fusion {method!r}; choose one of {', '.join(FUSIONS)}")

@@ -1,0 +1,247 @@
+"""Plain records that cross the API: items, filters, hits, results."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from .errors import InvalidFilterError
+
+Mode = Literal["hybrid", "fts", "vector"]
+MODES: tuple[str, ...] = ("hybrid", "fts", "vector")
+
+
+def now_ts() -> float:
+    """Seconds since the epoch, UTC; the one clock the store uses."""
+    return datetime.now(UTC).timestamp()
+
+
+def to_ts(value: datetime | float | int | str | None) -> float | None:
+    """Accept a datetime, epoch seconds or an ISO-8601 string; return epoch seconds."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise InvalidFilterError(f"not a timestamp: {value!r}")
+    if isinstance(value, int | float):
+        if not math.isfinite(value):
+            raise InvalidFilterError(f"not a finite timestamp: {value!r}")
+        return float(value)
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError as exc:
+            raise InvalidFilterError(f"not an ISO-8601 timestamp: {value!r}") from exc
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value.timestamp()
+    raise InvalidFilterError(f"not a timestamp: {value!r}")
+
+
+def iso(ts: float | None) -> str | None:
+    """Epoch seconds as an ISO-8601 UTC string (for JSON output)."""
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat()
+
+
+@dataclass(slots=True)
+class Item:
+    """One piece of knowledge. Timestamps are epoch seconds (UTC)."""
+
+    text: str
+    id: str | None = None
+    corpus: str = "default"
+    title: str | None = None
+    kind: str | None = None
+    scope: str | None = None
+    repo: str | None = None
+    namespace: str | None = None
+    source_url: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created_at: float | None = None
+    updated_at: float | None = None
+    expires_at: float | None = None
+    access_count: int = 0
+    last_accessed_at: float | None = None
+    stale: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @property
+    def embedding_text(self) -> str:
+        """What the embedder reads: title and text, as BEIR's dense baselines do."""
+        return f"{self.title} {self.text}" if self.title else self.text
+
+
+ITEM_FIELDS = frozenset(f.name for f in fields(Item))
+
+# Columns a filter may name directly; anything else must go through `metadata`.
+_EQUALITY_FIELDS = ("kind", "scope", "repo", "namespace")
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """Conditions every retriever applies inside its query.
+
+    A list value means "any of" (SQL IN). `metadata` maps a key to a value
+    (equality) or to a list of values (in).
+    """
+
+    kinds: tuple[str, ...] | None = None
+    scope: tuple[str, ...] | None = None
+    repo: tuple[str, ...] | None = None
+    namespace: tuple[str, ...] | None = None
+    metadata: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    created_after: float | None = None
+    created_before: float | None = None
+    updated_after: float | None = None
+    updated_before: float | None = None
+    include_expired: bool = False
+    include_stale: bool = False
+
+    @property
+    def needs_row_filter(self) -> bool:
+        """True when the filter goes beyond corpus / expiry / staleness."""
+        return bool(
+            self.kinds or self.scope or self.repo or self.namespace or self.metadata
+            or self.created_after is not None or self.created_before is not None
+            or self.updated_after is not None or self.updated_before is not None
+        )
+
+
+_FILTER_KEYS = {
+    "kind": "kinds", "kinds": "kinds", "scope": "scope", "repo": "repo",
+    "namespace": "namespace", "metadata": "metadata",
+    "created_after": "created_after", "created_before": "created_before",
+    "updated_after": "updated_after", "updated_before": "updated_before",
+    "include_expired": "include_expired", "include_stale": "include_stale",
+}
+_SCALAR = str | int | float | bool
+
+
+def _as_tuple(name: str, value: Any) -> tuple[Any, ...]:
+    values = tuple(value) if isinstance(value, list | tuple | set | frozenset) else (value,)
+    if not values:
+        raise InvalidFilterError(f"filter {name!r} has an empty list of values")
+    for v in values:
+        if not isinstance(v, _SCALAR) or (isinstance(v, float) and not math.isfinite(v)):
+            raise InvalidFilterError(f"filter {name!r}: {v!r} is not a string or number")
+    return values
+
+
+def parse_filters(filters: Filters | dict[str, Any] | None) -> Filters:
+    """Validate a user's filter dict into a Filters record; unknown keys are an error."""
+    if filters is None:
+        return Filters()
+    if isinstance(filters, Filters):
+        return filters
+    if not isinstance(filters, dict):
+        raise InvalidFilterError(f"filters must be a dict, not {type(filters).__name__}")
+    out: dict[str, Any] = {}
+    for key, value in filters.items():
+        target = _FILTER_KEYS.get(key)
+        if target is None:
+            known = ", ".join(sorted(_FILTER_KEYS))
+            raise InvalidFilterError(f"unknown filter field {key!r}; known: {known}")
+        if target == "metadata":
+            if not isinstance(value, dict):
+                raise InvalidFilterError("filter 'metadata' must map keys to values")
+            pairs = []
+            for mkey, mvalue in sorted(value.items(), key=lambda kv: str(kv[0])):
+                if not isinstance(mkey, str) or not mkey:
+                    raise InvalidFilterError(f"metadata filter key must be a non-empty string: {mkey!r}")
+                pairs.append((mkey, _as_tuple(f"metadata.{mkey}", mvalue)))
+            out["metadata"] = tuple(pairs)
+        elif target in ("include_expired", "include_stale"):
+            if not isinstance(value, bool):
+                raise InvalidFilterError(f"filter {key!r} must be true or false")
+            out[target] = value
+        elif target.endswith(("_after", "_before")):
+            out[target] = to_ts(value)
+        else:
+            values = _as_tuple(key, value)
+            if not all(isinstance(v, str) for v in values):
+                raise InvalidFilterError(f"filter {key!r} takes strings")
+            out[target] = values
+    return Filters(**out)
+
+
+@dataclass(slots=True)
+class RetrieverHit:
+    """Where one retriever placed a hit: 1-based rank and its raw score."""
+
+    rank: int
+    score: float
+
+
+@dataclass(slots=True)
+class Hit:
+    """One search result. `score` is the final score after fusion and boosts."""
+
+    id: str
+    corpus: str
+    text: str
+    score: float
+    title: str | None = None
+    kind: str | None = None
+    source_label: str = ""
+    source_url: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created_at: float | None = None
+    retrievers: dict[str, RetrieverHit] = field(default_factory=dict)
+    fusion_score: float = 0.0
+    boosts: dict[str, float] = field(default_factory=dict)
+    alternate_sources: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def found_by(self) -> tuple[str, ...]:
+        return tuple(sorted(self.retrievers))
+
+    def to_dict(self, *, explain: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id, "corpus": self.corpus, "title": self.title, "kind": self.kind,
+            "score": self.score, "source": self.source_label, "source_url": self.source_url,
+            "found_by": list(self.found_by), "text": self.text, "metadata": self.metadata,
+            "created_at": iso(self.created_at),
+        }
+        if self.alternate_sources:
+            out["alternate_sources"] = self.alternate_sources
+        if explain:
+            out["explanation"] = {
+                "retrievers": {
+                    name: {"rank": r.rank, "score": r.score} for name, r in self.retrievers.items()
+                },
+                "fusion_score": self.fusion_score,
+                "boosts": self.boosts,
+                "final_score": self.score,
+            }
+        return out
+
+
+@dataclass(slots=True)
+class SearchResult:
+    """Hits plus which path answered (hybrid, fts, vector, substring, or none)."""
+
+    hits: list[Hit]
+    answered_by: str
+    mode: str
+    query: str
+    notes: list[str] = field(default_factory=list)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.hits)
+
+    def __len__(self) -> int:
+        return len(self.hits)
+
+    @property
+    def ids(self) -> list[str]:
+        return [h.id for h in self.hits]
+
+    def to_dict(self, *, explain: bool = False) -> dict[str, Any]:
+        return {
+            "query": self.query, "mode": self.mode, "answered_by": self.answered_by,
+            "notes": self.notes, "hits": [h.to_dict(explain=explain) for h in self.hits],
+        }

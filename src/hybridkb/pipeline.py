@@ -1,0 +1,232 @@
+"""The search pipeline, written once for every backend.
+
+plan -> retrieve per corpus (filters inside each query) -> collapse duplicates in
+each list -> fuse per corpus -> merge corpora with RRF -> collapse across corpora
+-> score policy -> page. Backends know SQL; this module knows fusion.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from . import dedup, textquery
+from . import fusion as fusion_lib
+from .backends.base import Backend, ScoredIds, Scope, Vector
+from .errors import InvalidInputError
+from .labels import source_label
+from .model import Filters, Hit, Item, RetrieverHit, SearchResult
+from .scoring import ScorePolicy, apply
+
+MIN_DEPTH = 50
+DEPTH_FACTOR = 3
+
+# The default fusion and weights (fts, vector), chosen by the evaluation harness:
+# see docs/benchmarks.md for the measurements behind them.
+DEFAULT_FUSION = "rrf"
+DEFAULT_WEIGHTS = (1.0, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchPlan:
+    query: str
+    mode: str = "hybrid"
+    limit: int = 10
+    offset: int = 0
+    corpora: tuple[str, ...] | None = None
+    filters: Filters = field(default_factory=Filters)
+    fusion: str = DEFAULT_FUSION
+    weights: tuple[float, float] = DEFAULT_WEIGHTS
+    rrf_k: float = fusion_lib.RRF_K
+    depth: int | None = None
+    dedup_threshold: float | None = dedup.DEFAULT_THRESHOLD
+    policy: ScorePolicy = field(default_factory=ScorePolicy)
+    min_score: float | None = None
+    max_terms: int = textquery.MAX_TERMS
+
+    def validate(self) -> None:
+        if self.mode not in ("hybrid", "fts", "vector"):
+            raise InvalidInputError(f"unknown mode {self.mode!r}; use hybrid, fts or vector")
+        if self.fusion not in fusion_lib.FUSIONS:
+            raise InvalidInputError(
+                f"unknown fusion {self.fusion!r}; use one of {', '.join(fusion_lib.FUSIONS)}")
+        if not isinstance(self.limit, int) or self.limit < 1 or self.limit > 10_000:
+            raise InvalidInputError(f"limit must be an integer from 1 to 10000, got {self.limit!r}")
+        if not isinstance(self.offset, int) or self.offset < 0:
+            raise InvalidInputError(f"offset must be an integer >= 0, got {self.offset!r}")
+        if not self.rrf_k > 0:
+            raise InvalidInputError(f"RRF k must be > 0, got {self.rrf_k!r}")
+        if len(self.weights) != 2 or any(not (math.isfinite(w) and w >= 0) for w in self.weights):
+            raise InvalidInputError(f"weights must be two finite numbers >= 0, got {self.weights!r}")
+        if self.depth is not None and (self.depth < 1 or self.depth > 4096):
+            raise InvalidInputError(f"depth must be from 1 to 4096, got {self.depth!r}")
+        if self.min_score is not None and not 0.0 <= self.min_score <= 1.0:
+            raise InvalidInputError(f"min_score is a normalized score in [0, 1], got {self.min_score}")
+
+    @property
+    def candidate_depth(self) -> int:
+        if self.depth is not None:
+            return self.depth
+        return min(4096, max(MIN_DEPTH, DEPTH_FACTOR * (self.offset + self.limit)))
+
+    def max_fused(self, n_lists: int) -> float:
+        """The highest fused score possible, for normalizing `min_score`."""
+        w = self.weights if n_lists == 2 else (max(self.weights),)
+        if self.fusion == "rrf":
+            return sum(w) / (self.rrf_k + 1)
+        return sum(w)
+
+
+@dataclass(slots=True)
+class _Candidate:
+    corpus: str
+    fused: float
+    retrievers: dict[str, RetrieverHit]
+    alternates: list[str] = field(default_factory=list)
+
+
+QueryEmbedder = Callable[[str], Vector]
+
+
+def run(
+    plan: SearchPlan, backend: Backend, *, corpora: Sequence[str], now: float,
+    embed_query: QueryEmbedder | None, labels: dict[str, str] | None = None,
+    notes: Sequence[str] = (),
+) -> SearchResult:
+    """Execute a validated plan over `corpora` (already resolved by the caller)."""
+    labels = labels or {}
+    result_notes = list(notes)
+    text_query = textquery.parse(plan.query, max_terms=plan.max_terms)
+    if text_query.truncated:
+        result_notes.append(f"query cut to its {plan.max_terms} most selective terms")
+    use_fts = plan.mode in ("hybrid", "fts")
+    use_vec = plan.mode in ("hybrid", "vector") and embed_query is not None and plan.query.strip()
+    qvec = embed_query(plan.query) if use_vec and embed_query is not None else None
+
+    depth = plan.candidate_depth
+    lists: dict[str, dict[str, ScoredIds]] = {}
+    for corpus in corpora:
+        scope = Scope(corpus=corpus, filters=plan.filters, now=now)
+        per: dict[str, ScoredIds] = {}
+        if use_fts:
+            per["fts"] = backend.text_search(text_query, scope, depth)
+        if qvec is not None:
+            per["vector"] = backend.vector_search(qvec, scope, depth)
+        lists[corpus] = per
+
+    answered = _answered_by(lists)
+    if answered == "none" and plan.mode == "hybrid":
+        words = textquery.plain_words(plan.query)
+        for corpus in corpora:
+            scope = Scope(corpus=corpus, filters=plan.filters, now=now)
+            lists[corpus] = {"substring": backend.substring_search(words, scope, depth)}
+        answered = "substring" if any(lists[c]["substring"] for c in corpora) else "none"
+
+    all_ids = {doc for per in lists.values() for scored in per.values() for doc, _ in scored}
+    items = {it.id: it for it in backend.get(sorted(all_ids), include_expired=True, now=now)}
+
+    candidates: dict[str, _Candidate] = {}
+    per_corpus_ranked: list[list[str]] = []
+    for corpus in corpora:
+        fused = _fuse_corpus(plan, lists[corpus], items, candidates, corpus)
+        per_corpus_ranked.append(fused)
+
+    if len(per_corpus_ranked) > 1:
+        merged = fusion_lib.rrf(per_corpus_ranked, k=plan.rrf_k)
+        for doc, score in merged:
+            candidates[doc].fused = score
+        order = [doc for doc, _ in merged]
+        max_score = 1.0 * len(per_corpus_ranked) / (plan.rrf_k + 1)
+    else:
+        order = per_corpus_ranked[0] if per_corpus_ranked else []
+        max_score = plan.max_fused(sum(1 for s in lists[corpora[0]].values() if s)) if corpora else 1.0
+
+    if plan.dedup_threshold is not None and len(per_corpus_ranked) > 1:
+        order = _collapse(order, items, candidates, plan.dedup_threshold)
+
+    if plan.min_score is not None:
+        order = [d for d in order if candidates[d].fused / max_score >= plan.min_score - 1e-12]
+
+    hits = [_hit(doc, candidates[doc], items, plan.policy, now, labels) for doc in order
+            if doc in items]
+    hits.sort(key=lambda h: (-h.score, h.id))
+    page = hits[plan.offset : plan.offset + plan.limit]
+    return SearchResult(hits=page, answered_by=answered, mode=plan.mode, query=plan.query,
+                        notes=result_notes)
+
+
+def _answered_by(lists: dict[str, dict[str, ScoredIds]]) -> str:
+    found = {name for per in lists.values() for name, scored in per.items() if scored}
+    if {"fts", "vector"} <= found:
+        return "hybrid"
+    if found:
+        return found.pop()
+    return "none"
+
+
+def _fuse_corpus(
+    plan: SearchPlan, per: dict[str, ScoredIds], items: dict[str, Item],
+    candidates: dict[str, _Candidate], corpus: str,
+) -> list[str]:
+    names, scored_lists, weights = [], [], []
+    for name, scored in per.items():
+        scored = [(d, s) for d, s in scored if d in items]
+        alternates: dict[str, list[str]] = {}
+        if plan.dedup_threshold is not None and len(scored) > 1:
+            kept, alternates = dedup.collapse(
+                [(d, items[d].text) for d, _ in scored], plan.dedup_threshold)
+            keep = set(kept)
+            scored = [(d, s) for d, s in scored if d in keep]
+        names.append(name)
+        scored_lists.append(scored)
+        weights.append(plan.weights[1] if name == "vector" else plan.weights[0])
+        for rank, (doc, score) in enumerate(scored, start=1):
+            cand = candidates.setdefault(doc, _Candidate(corpus, 0.0, {}))
+            cand.retrievers[name] = RetrieverHit(rank=rank, score=score)
+        for survivor, absorbed in alternates.items():
+            alt = candidates[survivor].alternates
+            alt.extend(a for a in absorbed if a not in alt)
+    present = [i for i, s in enumerate(scored_lists) if s]
+    if not present:
+        return []
+    fused = fusion_lib.fuse(plan.fusion, [scored_lists[i] for i in present],
+                        weights=[weights[i] for i in present], k=plan.rrf_k)
+    for doc, score in fused:
+        candidates[doc].fused = score
+    return [doc for doc, _ in fused]
+
+
+def _collapse(
+    order: list[str], items: dict[str, Item], candidates: dict[str, _Candidate], threshold: float,
+) -> list[str]:
+    kept, absorbed = dedup.collapse([(d, items[d].text) for d in order if d in items], threshold)
+    for survivor, others in absorbed.items():
+        alt = candidates[survivor].alternates
+        for other in others:
+            if other not in alt:
+                alt.append(other)
+            alt.extend(a for a in candidates[other].alternates if a not in alt)
+    return kept
+
+
+def _hit(
+    doc: str, cand: _Candidate, items: dict[str, Item], policy: ScorePolicy, now: float,
+    labels: dict[str, str],
+) -> Hit:
+    item = items[doc]
+    factors = policy.factors(kind=item.kind, access_count=item.access_count,
+                             created_at=item.created_at, now=now)
+    return Hit(
+        id=doc, corpus=item.corpus, text=item.text, title=item.title, kind=item.kind,
+        score=apply(cand.fused, factors), fusion_score=cand.fused, boosts=factors,
+        source_label=_label(item, labels), source_url=item.source_url,
+        metadata=item.metadata, created_at=item.created_at, retrievers=cand.retrievers,
+        alternate_sources=[{"id": a, "source": _label(items[a], labels)}
+                           for a in cand.alternates if a in items],
+    )
+
+
+def _label(item: Item, labels: dict[str, str]) -> str:
+    return source_label(corpus=item.corpus, kind=item.kind, title=item.title, item_id=item.id,
+                        metadata=item.metadata, template=labels.get(item.corpus))

@@ -1,0 +1,53 @@
+"""The score policy applied after fusion: type weights, access and recency boosts. Pure.
+
+Every factor is multiplicative, can be switched off, and applies only where the
+item has the field it reads; an item without a kind keeps weight 1.0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+DEFAULT_TYPE_WEIGHTS: Mapping[str, float] = MappingProxyType(
+    {"decision": 2.0, "lesson": 2.0, "summary": 0.5, "temp_note": 0.3}
+)
+DAY_S = 86_400.0
+
+
+@dataclass(frozen=True, slots=True)
+class ScorePolicy:
+    """Multiplicative score factors. `ScorePolicy.off()` leaves fused scores untouched."""
+
+    type_weights: Mapping[str, float] | None = field(default_factory=lambda: DEFAULT_TYPE_WEIGHTS)
+    access_boost: bool = True
+    recency_boost: float = 0.15
+    recency_days: float = 30.0
+
+    @classmethod
+    def off(cls) -> ScorePolicy:
+        return cls(type_weights=None, access_boost=False, recency_boost=0.0)
+
+    def factors(
+        self, *, kind: str | None, access_count: int | None, created_at: float | None, now: float,
+    ) -> dict[str, float]:
+        """The factors that apply to one item, by name (only those that differ from 1)."""
+        out: dict[str, float] = {}
+        if self.type_weights is not None and kind is not None:
+            weight = self.type_weights.get(kind, 1.0)
+            if weight != 1.0:
+                out["type"] = weight
+        if self.access_boost and access_count:
+            out["access"] = 1.0 + math.log1p(max(0, access_count))
+        if (self.recency_boost and created_at is not None
+                and now - created_at <= self.recency_days * DAY_S):
+            out["recency"] = 1.0 + self.recency_boost
+        return out
+
+
+def apply(score: float, factors: Mapping[str, float]) -> float:
+    for f in factors.values():
+        score *= f
+    return score

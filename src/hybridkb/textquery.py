@@ -1,0 +1,113 @@
+"""User text -> a safe full-text query. Pure: no I/O, never raises on any string.
+
+The user's words become quoted terms joined with OR: quoting strips every FTS5
+operator of its power (`AND`, `NOT`, `*`, `-`, `:`, `NEAR(`), and OR lets BM25
+rank documents matching more and rarer terms higher, which is what
+natural-language questions need. Word runs joined by punctuation
+(`migration_032`, `node.js`, `a:b`) stay one phrase, so exact identifiers match
+exactly. An explicit "quoted phrase" is kept as a phrase.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MAX_TERMS = 64
+MAX_QUERY_CHARS = 20_000  # longer input is cut before any regex runs
+
+_PHRASE = re.compile(r'"([^"]*)"')
+_CHUNK = re.compile(r"\w+(?:[^\w\s\"]+\w+)*")
+_WORD = re.compile(r"\w+")
+
+# Dropped only when a query has more terms than the cap: they are the least selective.
+STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before
+    being below between both but by can could did do does doing down during each few for from
+    further had has have having he her here hers herself him himself his how i if in into is it
+    its itself just me more most my myself no nor not now of off on once only or other our ours
+    ourselves out over own same she should so some such than that the their theirs them
+    themselves then there these they this those through to too under until up very was we were
+    what when where which while who whom why will with would you your yours yourself
+    yourselves""".split()
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TextQuery:
+    """Terms of a query: each term is a tuple of lowercase word tokens (a phrase)."""
+
+    terms: tuple[tuple[str, ...], ...]
+    truncated: bool = False
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.terms
+
+    def fts5(self) -> str | None:
+        """An FTS5 MATCH expression (quoted terms joined by OR), or None when empty."""
+        if not self.terms:
+            return None
+        return " OR ".join('"' + " ".join(term) + '"' for term in self.terms)
+
+    @property
+    def words(self) -> list[str]:
+        """Every distinct token, in order (for backends that build their own query)."""
+        seen: dict[str, None] = {}
+        for term in self.terms:
+            for tok in term:
+                seen.setdefault(tok, None)
+        return list(seen)
+
+
+def _tokens(chunk: str) -> tuple[str, ...]:
+    return tuple(t.lower() for t in _WORD.findall(chunk))
+
+
+def parse(text: object, *, max_terms: int = MAX_TERMS) -> TextQuery:
+    """Turn any user text into a TextQuery; empty when nothing searchable is left."""
+    if not isinstance(text, str):
+        return TextQuery(())
+    text = text[:MAX_QUERY_CHARS].replace("\x00", " ")
+    terms: list[tuple[str, ...]] = []
+
+    def add(term: tuple[str, ...]) -> None:
+        if term and term not in seen:
+            seen.add(term)
+            terms.append(term)
+
+    seen: set[tuple[str, ...]] = set()
+    rest = []
+    pos = 0
+    for m in _PHRASE.finditer(text):
+        rest.append(text[pos : m.start()])
+        add(_tokens(m.group(1)))
+        pos = m.end()
+    rest.append(text[pos:])
+    for part in rest:
+        for chunk in _CHUNK.findall(part):
+            add(_tokens(chunk))
+    return cap_terms(terms, max_terms)
+
+
+def cap_terms(terms: list[tuple[str, ...]], max_terms: int) -> TextQuery:
+    """Bound the work: over the cap, drop stopwords, then keep the longest terms.
+
+    FTS cost grows faster than the number of OR-ed terms (a pasted 661-term
+    paragraph took seconds); long, rare-looking words carry most of BM25's weight.
+    """
+    if len(terms) <= max_terms:
+        return TextQuery(tuple(terms))
+    content = [t for t in terms if not (len(t) == 1 and t[0] in STOPWORDS)] or terms
+    if len(content) > max_terms:
+        keep = set(sorted(range(len(content)), key=lambda i: (-sum(map(len, content[i])), i))[:max_terms])
+        content = [t for i, t in enumerate(content) if i in keep]
+    return TextQuery(tuple(content), truncated=True)
+
+
+def plain_words(text: object, limit: int = 16) -> list[str]:
+    """Words for the substring fallback: distinct, lowercase, longest first."""
+    if not isinstance(text, str):
+        return []
+    words = {w.lower() for w in _WORD.findall(text[:MAX_QUERY_CHARS]) if len(w) >= 2}
+    return sorted(words, key=lambda w: (-len(w), w))[:limit]
