@@ -1,0 +1,366 @@
+"""The `hybridkb` command line: a thin face over KnowledgeBase.
+
+It only translates arguments and formats results; errors become one line on
+stderr and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from . import open as open_kb
+from .errors import HybridKBError, InvalidInputError
+from .model import Item, SearchResult, iso
+from .store import KnowledgeBase
+
+F = TypeVar("F", bound=Callable[..., Any])
+DEFAULT_DB = "hybridkb.db"
+
+
+class Context:
+    def __init__(self, db: str, embedder: str | None, as_json: bool) -> None:
+        self.db, self.embedder, self.as_json = db, embedder, as_json
+        self._kb: KnowledgeBase | None = None
+
+    def kb(self) -> KnowledgeBase:
+        if self._kb is None:
+            self._kb = open_kb(self.db, embedder=self.embedder)
+        return self._kb
+
+    def close(self) -> None:
+        if self._kb is not None:
+            self._kb.close()
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
+def handle_errors(func: F) -> F:
+    """Map library and OS errors to one clear line and exit status 1."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except HybridKBError as exc:
+            _fail(str(exc))
+        except (OSError, UnicodeDecodeError) as exc:
+            _fail(str(exc))
+
+    return wrapper  # type: ignore[return-value]
+
+
+def emit(ctx: Context, data: Any, human: Callable[[], None]) -> None:
+    if ctx.as_json:
+        click.echo(json.dumps(data, ensure_ascii=False, default=str))
+    else:
+        human()
+
+
+def progress_bar(total: int | None, desc: str) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="item", file=sys.stderr,
+                disable=not sys.stderr.isatty() and os.environ.get("HYBRIDKB_PROGRESS") != "1")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--db", envvar="HYBRIDKB_DB", default=DEFAULT_DB, show_default=True,
+              help="Store: a SQLite file path or a postgresql:// URL (env HYBRIDKB_DB).")
+@click.option("--embedder", default="default", show_default=True,
+              help="Embedding model: default (all-MiniLM-L6-v2), hashing-DIM, or none.")
+@click.option("--no-embedder", is_flag=True, help="Full-text only: no vectors, no model load.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@click.version_option(package_name="hybridkb")
+@click.pass_context
+def cli(ctx: click.Context, db: str, embedder: str, no_embedder: bool, as_json: bool) -> None:
+    """hybridkb: hybrid BM25 + vector search over your knowledge, in one SQLite file."""
+    ctx.obj = Context(db, None if no_embedder else embedder, as_json)
+    ctx.call_on_close(ctx.obj.close)
+
+
+pass_ctx = click.make_pass_decorator(Context)
+
+
+@cli.command()
+@pass_ctx
+@handle_errors
+def init(ctx: Context) -> None:
+    """Create the store (if missing) and record the embedding model."""
+    kb = ctx.kb()
+    emit(ctx, kb.stats(), lambda: click.echo(f"store ready: {kb.backend.url}"))
+
+
+def _parse_metadata(raw: str | None) -> dict[str, Any]:
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(f"--metadata is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise InvalidInputError("--metadata must be a JSON object")
+    return value
+
+
+@cli.command()
+@click.argument("text")
+@click.option("--id", "item_id", help="Item id (generated when omitted).")
+@click.option("--title")
+@click.option("--corpus", default="default", show_default=True)
+@click.option("--kind", help="decision, lesson, summary, temp_note, memory, wiki_page, code...")
+@click.option("--scope")
+@click.option("--repo")
+@click.option("--namespace")
+@click.option("--url", "source_url")
+@click.option("--ttl", type=float, help="Expire after this many seconds.")
+@click.option("--metadata", help="JSON object.")
+@click.option("--replace", is_flag=True, help="Replace an existing item with the same id.")
+@pass_ctx
+@handle_errors
+def add(ctx: Context, text: str, item_id: str | None, metadata: str | None, replace: bool,
+        **fields: Any) -> None:
+    """Add one item."""
+    kb = ctx.kb()
+    data = {k: v for k, v in fields.items() if v is not None}
+    write = kb.upsert if replace else kb.add
+    new_id = write(text, id=item_id, metadata=_parse_metadata(metadata), **data)
+    emit(ctx, {"id": new_id}, lambda: click.echo(new_id))
+
+
+def read_jsonl(path: Path, skip_bad: bool, errors: list[str]) -> Iterator[dict[str, Any]]:
+    """Items from a JSONL file (our fields, or BEIR's `_id`). Gzip is read transparently."""
+    import gzip
+
+    opener: Any = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw.decode("utf-8"))
+                if not isinstance(obj, dict):
+                    raise InvalidInputError("not a JSON object")
+                if "_id" in obj:
+                    obj["id"] = str(obj.pop("_id"))
+                if obj.get("metadata") is not None and not isinstance(obj["metadata"], dict):
+                    raise InvalidInputError("metadata is not a JSON object")
+                yield obj
+            except (UnicodeDecodeError, json.JSONDecodeError, InvalidInputError) as exc:
+                message = f"{path}:{number}: {exc}"
+                if not skip_bad:
+                    raise InvalidInputError(message) from exc
+                errors.append(message)
+
+
+@cli.command(name="import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--corpus", help="Put every item in this corpus (overrides the file's).")
+@click.option("--batch-size", default=256, show_default=True)
+@click.option("--skip-bad", is_flag=True, help="Skip malformed lines and items instead of stopping.")
+@pass_ctx
+@handle_errors
+def import_(ctx: Context, file: Path, corpus: str | None, batch_size: int, skip_bad: bool) -> None:
+    """Import items from a JSONL file (one item per line; replaces items with the same id)."""
+    kb = ctx.kb()
+    errors: list[str] = []
+    total = 0
+    with progress_bar(None, "importing") as bar:
+        batch: list[dict[str, Any]] = []
+
+        def flush() -> None:
+            nonlocal total
+            if not batch:
+                return
+            try:
+                total += len(kb.upsert_many(batch, batch_size=batch_size))
+            except InvalidInputError:
+                if not skip_bad:
+                    raise
+                for one in batch:  # find the bad ones, keep the rest
+                    try:
+                        total += len(kb.upsert_many([one]))
+                    except InvalidInputError as exc:
+                        errors.append(str(exc))
+            bar.update(len(batch))
+            batch.clear()
+
+        for obj in read_jsonl(file, skip_bad, errors):
+            if corpus:
+                obj["corpus"] = corpus
+            batch.append(obj)
+            if len(batch) >= batch_size:
+                flush()
+        flush()
+    for message in errors[:20]:
+        click.echo(f"skipped: {message}", err=True)
+    emit(ctx, {"imported": total, "skipped": len(errors)},
+         lambda: click.echo(f"imported {total} items" + (f", skipped {len(errors)}" if errors else "")))
+
+
+def format_hits(result: SearchResult, explain: bool) -> str:
+    if not result.hits:
+        return f"no results (answered by: {result.answered_by})"
+    width = 100
+    lines = [f"answered by: {result.answered_by}"] + [f"note: {n}" for n in result.notes]
+    for rank, hit in enumerate(result.hits, start=1):
+        head = f"{rank:>3}. {hit.score:.5f}  {hit.source_label}  ({hit.id})"
+        lines.append(head)
+        snippet = " ".join(hit.text.split())
+        lines.append(textwrap.indent(textwrap.shorten(snippet, width=width, placeholder=" …"), "      "))
+        if hit.alternate_sources:
+            alts = ", ".join(a.get("source", a["id"]) for a in hit.alternate_sources)
+            lines.append(f"      also in: {alts}")
+        if explain:
+            parts = [f"{name} #{r.rank} ({r.score:.4f})" for name, r in sorted(hit.retrievers.items())]
+            boosts = " ".join(f"{k}×{v:.3f}" for k, v in hit.boosts.items()) or "none"
+            lines.append(f"      {', '.join(parts)} -> fused {hit.fusion_score:.5f}; "
+                         f"boosts {boosts}; final {hit.score:.5f}")
+    return "\n".join(lines)
+
+
+@cli.command()
+@click.argument("query")
+@click.option("--mode", type=click.Choice(["hybrid", "fts", "vector"]), default="hybrid",
+              show_default=True)
+@click.option("--limit", default=10, show_default=True)
+@click.option("--offset", default=0, show_default=True)
+@click.option("--corpus", "corpora", multiple=True, help="Search this corpus (repeatable).")
+@click.option("--kind", "kinds", multiple=True, help="Only items of this kind (repeatable).")
+@click.option("--filter", "filter_json", help='Filters as JSON, e.g. {"metadata": {"team": "x"}}.')
+@click.option("--fusion", type=click.Choice(["rrf", "convex", "dbsf"]), default=None)
+@click.option("--min-score", type=float, help="Drop hits whose normalized fused score is lower.")
+@click.option("--explain", is_flag=True, help="Show ranks, raw scores, fusion and boosts per hit.")
+@click.option("--touch", is_flag=True, help="Count returned hits as accessed.")
+@pass_ctx
+@handle_errors
+def search(ctx: Context, query: str, mode: str, limit: int, offset: int, corpora: tuple[str, ...],
+           kinds: tuple[str, ...], filter_json: str | None, fusion: str | None,
+           min_score: float | None, explain: bool, touch: bool) -> None:
+    """Search the store."""
+    filters = _parse_metadata(filter_json) if filter_json else {}
+    if kinds:
+        filters["kind"] = list(kinds)
+    result = ctx.kb().search(query, mode=mode, limit=limit, offset=offset,
+                             corpora=list(corpora) or None, filters=filters or None,
+                             fusion=fusion, min_score=min_score, touch=touch)
+    emit(ctx, result.to_dict(explain=explain), lambda: click.echo(format_hits(result, explain)))
+
+
+def item_json(item: Item) -> dict[str, Any]:
+    data = item.to_dict()
+    for key in ("created_at", "updated_at", "expires_at", "last_accessed_at"):
+        data[key] = iso(data[key])
+    return data
+
+
+@cli.command()
+@click.argument("item_id")
+@pass_ctx
+@handle_errors
+def get(ctx: Context, item_id: str) -> None:
+    """Show one item."""
+    item = ctx.kb().get(item_id)
+    data = item_json(item)
+
+    def human() -> None:
+        for key, value in data.items():
+            if value not in (None, {}, "") and key != "text":
+                click.echo(f"{key}: {value}")
+        click.echo("")
+        click.echo(item.text)
+
+    emit(ctx, data, human)
+
+
+@cli.command()
+@click.argument("item_ids", nargs=-1, required=True)
+@pass_ctx
+@handle_errors
+def delete(ctx: Context, item_ids: tuple[str, ...]) -> None:
+    """Delete items by id."""
+    n = ctx.kb().delete_many(list(item_ids))
+    emit(ctx, {"deleted": n}, lambda: click.echo(f"deleted {n}"))
+    if n == 0:
+        sys.exit(1)
+
+
+@cli.command()
+@pass_ctx
+@handle_errors
+def stats(ctx: Context) -> None:
+    """Counts per corpus, the embedding model, items still missing vectors."""
+    data = ctx.kb().stats()
+
+    def human() -> None:
+        click.echo(f"store:    {data['target']}")
+        click.echo(f"items:    {data['items']}")
+        click.echo(f"embedder: {data['embedder'] or 'none'} ({data['vector_dim'] or '-'} dims)")
+        click.echo(f"without vectors: {data['items_without_vectors']}")
+        for name, count in data["corpora"].items():
+            click.echo(f"  {name}: {count}")
+
+    emit(ctx, data, human)
+
+
+@cli.command()
+@pass_ctx
+@handle_errors
+def purge(ctx: Context) -> None:
+    """Delete expired items."""
+    n = ctx.kb().purge_expired()
+    emit(ctx, {"purged": n}, lambda: click.echo(f"purged {n} expired items"))
+
+
+@cli.command()
+@click.option("--batch-size", default=64, show_default=True)
+@pass_ctx
+@handle_errors
+def reembed(ctx: Context, batch_size: int) -> None:
+    """Embed items that lack a vector from the current model (resumable)."""
+    kb = ctx.kb()
+    with progress_bar(None, "embedding") as bar:
+        n = kb.reembed(batch_size=batch_size, progress=bar.update)
+    emit(ctx, {"embedded": n, "embedder": kb.embedder_name},
+         lambda: click.echo(f"embedded {n} items with {kb.embedder_name}"))
+
+
+SAMPLE_QUERY = "how does hybrid search rank results?"
+
+
+@cli.command()
+@click.argument("query", default=SAMPLE_QUERY)
+@click.option("--limit", default=5, show_default=True)
+@pass_ctx
+@handle_errors
+def demo(ctx: Context, query: str, limit: int) -> None:
+    """Load the shipped sample notes into the store (once) and search them."""
+    kb = ctx.kb()
+    if kb.count("hybridkb-notes") == 0:
+        sample = resources.files("hybridkb") / "samples" / "notes.jsonl"
+        items = [json.loads(line) for line in sample.read_text("utf-8").splitlines() if line.strip()]
+        kb.upsert_many(items)
+        if not ctx.as_json:
+            click.echo(f"loaded {len(items)} sample notes into {kb.backend.url}", err=True)
+    result = kb.search(query, limit=limit, corpora=["hybridkb-notes"])
+    emit(ctx, result.to_dict(), lambda: click.echo(f"query: {query}\n{format_hits(result, False)}"))
+
+
+def main() -> None:
+    cli(prog_name="hybridkb")
+
+
+if __name__ == "__main__":
+    main()
