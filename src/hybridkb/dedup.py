@@ -1,14 +1,17 @@
 """Near-duplicate collapse over a ranked list. Pure.
 
 Token-set Jaccard similarity; the best-ranked copy survives and the others are
-returned as its alternates. A length filter (|A|/|B| >= threshold is necessary
-for Jaccard >= threshold) keeps comparisons few on long candidate lists.
+returned as its alternates. Candidate pairs come from prefix filtering (Bayardo
+et al., "Scaling up all pairs similarity search", 2007): with tokens in one
+global order (rarest first), two sets with Jaccard >= t must share a token in
+their first |x| - ceil(t·|x|) + 1 tokens, so most pairs are never compared.
 """
 
 from __future__ import annotations
 
-import bisect
+import math
 import re
+from collections import Counter
 from collections.abc import Sequence
 
 DEFAULT_THRESHOLD = 0.90
@@ -25,6 +28,10 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b)
 
 
+def _prefix_length(size: int, threshold: float) -> int:
+    return size - math.ceil(threshold * size - 1e-9) + 1
+
+
 def collapse(
     ranked: Sequence[tuple[str, str]], threshold: float = DEFAULT_THRESHOLD,
 ) -> tuple[list[str], dict[str, list[str]]]:
@@ -34,28 +41,37 @@ def collapse(
     """
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"dedup threshold must be in (0, 1], got {threshold}")
-    kept: list[str] = []
-    absorbed: dict[str, list[str]] = {}
-    by_size: list[tuple[int, int]] = []  # (token count, index into kept_sets), sorted
-    kept_sets: list[tuple[str, frozenset[str]]] = []
     seen: set[str] = set()
+    docs: list[tuple[str, frozenset[str]]] = []
     for doc_id, text in ranked:
-        if doc_id in seen:
+        if doc_id not in seen:
+            seen.add(doc_id)
+            docs.append((doc_id, tokens(text)))
+    freq = Counter(tok for _, toks in docs for tok in toks)
+
+    kept: list[str] = []
+    kept_sets: list[frozenset[str]] = []
+    absorbed: dict[str, list[str]] = {}
+    prefix_index: dict[str, list[int]] = {}
+    empty_kept: int | None = None
+    for doc_id, toks in docs:
+        if not toks:
+            if empty_kept is None:
+                empty_kept = len(kept)
+                kept.append(doc_id)
+                kept_sets.append(toks)
+            else:
+                absorbed.setdefault(kept[empty_kept], []).append(doc_id)
             continue
-        seen.add(doc_id)
-        toks = tokens(text)
-        n = len(toks)
-        lo = bisect.bisect_left(by_size, (int(n * threshold), -1))
-        hi = bisect.bisect_right(by_size, (int(n / threshold) + 1, len(kept_sets)))
-        match = None
-        for _, idx in by_size[lo:hi]:
-            other_id, other = kept_sets[idx]
-            if jaccard(toks, other) >= threshold and (match is None or idx < match[0]):
-                match = (idx, other_id)
+        ordered = sorted(toks, key=lambda t: (freq[t], t))
+        prefix = ordered[: _prefix_length(len(ordered), threshold)]
+        candidates = sorted({idx for tok in prefix for idx in prefix_index.get(tok, ())})
+        match = next((idx for idx in candidates if jaccard(toks, kept_sets[idx]) >= threshold), None)
         if match is not None:
-            absorbed.setdefault(match[1], []).append(doc_id)
+            absorbed.setdefault(kept[match], []).append(doc_id)
             continue
+        for tok in prefix:
+            prefix_index.setdefault(tok, []).append(len(kept))
         kept.append(doc_id)
-        bisect.insort(by_size, (n, len(kept_sets)))
-        kept_sets.append((doc_id, toks))
+        kept_sets.append(toks)
     return kept, absorbed

@@ -17,8 +17,8 @@ MAX_TERMS = 64
 MAX_QUERY_CHARS = 20_000  # longer input is cut before any regex runs
 
 _PHRASE = re.compile(r'"([^"]*)"')
-_CHUNK = re.compile(r"\w+(?:[^\w\s\"]+\w+)*")
-_WORD = re.compile(r"\w+")
+_CHUNK = re.compile(r'[^\s"]+')
+_WORD = re.compile(r"[^\W_]+")  # letters and digits, as FTS5's unicode61 tokenizer splits
 
 # Dropped only when a query has more terms than the cap: they are the least selective.
 STOPWORDS = frozenset(

@@ -1,0 +1,85 @@
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hybridkb import textquery
+from hybridkb.backends import sqlite_driver
+
+HOSTILE = ['"', "AND", "*", "-foo", "foo-bar", "a:b", "NEAR(", "C++", "node.js", "", "   ",
+           'say "hello', "OR OR", "NOT x", "^start", "col:term", "(a OR b", "\x00\x01",
+           "emoji 🎉 test", "日本語のテキスト", "'; DROP TABLE items; --"]
+
+
+@pytest.fixture(scope="module")
+def fts_conn():  # type: ignore[no-untyped-def]
+    conn = sqlite_driver.connect(":memory:", timeout=1)
+    conn.execute("CREATE VIRTUAL TABLE t USING fts5(title, text, "
+                 "tokenize='porter unicode61 remove_diacritics 2')")
+    conn.execute("INSERT INTO t VALUES ('Migrations', 'run migration_032 then kubectl apply')")
+    conn.execute("INSERT INTO t VALUES ('JS', 'node.js and C++ and a:b pairs')")
+    yield conn
+    conn.close()
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_hostile_queries_are_valid_fts5(fts_conn, text: str) -> None:  # type: ignore[no-untyped-def]
+    expr = textquery.parse(text).fts5()
+    if expr is not None:
+        fts_conn.execute("SELECT rowid FROM t WHERE t MATCH ?", (expr,)).fetchall()
+
+
+def test_empty_after_cleaning_is_no_query() -> None:
+    for text in ["", "   ", "***", '"', "-", "()", "\x00"]:
+        assert textquery.parse(text).is_empty
+        assert textquery.parse(text).fts5() is None
+
+
+def test_identifier_stays_one_phrase(fts_conn) -> None:  # type: ignore[no-untyped-def]
+    q = textquery.parse("migration_032")
+    assert q.terms == (("migration", "032"),)
+    rows = fts_conn.execute("SELECT rowid FROM t WHERE t MATCH ?", (q.fts5(),)).fetchall()
+    assert rows == [(1,)]
+
+
+def test_terms_are_or_ed_and_deduplicated() -> None:
+    q = textquery.parse("Kubectl apply kubectl APPLY")
+    assert q.fts5() == '"kubectl" OR "apply"'
+
+
+def test_explicit_phrase_is_kept() -> None:
+    q = textquery.parse('find "exact phrase here" now')
+    assert ("exact", "phrase", "here") in q.terms
+    assert ("find",) in q.terms
+
+
+def test_operators_lose_their_power() -> None:
+    assert textquery.parse("cats NOT dogs").fts5() == '"cats" OR "not" OR "dogs"'
+
+
+def test_long_query_is_capped_to_selective_terms() -> None:
+    words = [f"word{i}" for i in range(500)] + ["the", "and", "of"] * 50
+    q = textquery.parse(" ".join(words), max_terms=64)
+    assert len(q.terms) == 64
+    assert q.truncated
+    assert all(t[0] not in textquery.STOPWORDS for t in q.terms)
+
+
+def test_non_string_is_empty() -> None:
+    assert textquery.parse(None).is_empty
+    assert textquery.parse(123).is_empty
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_any_text_gives_valid_fts5(fts_conn, text: str) -> None:  # type: ignore[no-untyped-def]
+    expr = textquery.parse(text).fts5()
+    if expr is not None:
+        fts_conn.execute("SELECT rowid FROM t WHERE t MATCH ?", (expr,)).fetchall()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from(HOSTILE + ["word", "x", '"quoted phrase"']), max_size=30))
+def test_hostile_combinations(fts_conn, parts: list[str]) -> None:  # type: ignore[no-untyped-def]
+    expr = textquery.parse(" ".join(parts)).fts5()
+    if expr is not None:
+        fts_conn.execute("SELECT rowid FROM t WHERE t MATCH ?", (expr,)).fetchall()
