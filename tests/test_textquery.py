@@ -53,7 +53,14 @@ def test_explicit_phrase_is_kept() -> None:
 
 
 def test_operators_lose_their_power() -> None:
-    assert textquery.parse("cats NOT dogs").fts5() == '"cats" OR "not" OR "dogs"'
+    assert textquery.parse("cats NEAR dogs").fts5() == '"cats" OR "near" OR "dogs"'
+    assert textquery.parse("cats AND dogs").fts5() == '"cats" OR "dogs"'
+
+
+def test_stopwords_dropped_unless_nothing_else() -> None:
+    assert textquery.parse("where is the data").fts5() == '"where" OR "data"'
+    assert textquery.parse("to be or not to be").fts5() == '"to" OR "be" OR "or" OR "not"'
+    assert textquery.parse('"the who"').terms == (("the", "who"),)
 
 
 def test_long_query_is_capped_to_selective_terms() -> None:
@@ -78,7 +85,7 @@ def test_any_text_gives_valid_fts5(fts_conn, text: str) -> None:  # type: ignore
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.sampled_from(HOSTILE + ["word", "x", '"quoted phrase"']), max_size=30))
+@given(st.lists(st.sampled_from([*HOSTILE, "word", "x", '"quoted phrase"']), max_size=30))
 def test_hostile_combinations(fts_conn, parts: list[str]) -> None:  # type: ignore[no-untyped-def]
     expr = textquery.parse(" ".join(parts)).fts5()
     if expr is not None:

@@ -130,7 +130,7 @@ def _parse_metadata(raw: str | None) -> dict[str, Any]:
 @click.option("--replace", is_flag=True, help="Replace an existing item with the same id.")
 @pass_ctx
 @handle_errors
-def add(ctx: Context, text: str, item_id: str | None, metadata: str | None, replace: bool,
+def add(ctx: Context, /, text: str, item_id: str | None, metadata: str | None, replace: bool,
         **fields: Any) -> None:
     """Add one item."""
     kb = ctx.kb()
@@ -337,7 +337,7 @@ def reembed(ctx: Context, batch_size: int) -> None:
          lambda: click.echo(f"embedded {n} items with {kb.embedder_name}"))
 
 
-SAMPLE_QUERY = "how does hybrid search rank results?"
+SAMPLE_QUERY = "where do we keep the data?"
 
 
 @cli.command()
@@ -356,6 +356,107 @@ def demo(ctx: Context, query: str, limit: int) -> None:
             click.echo(f"loaded {len(items)} sample notes into {kb.backend.url}", err=True)
     result = kb.search(query, limit=limit, corpora=["hybridkb-notes"])
     emit(ctx, result.to_dict(), lambda: click.echo(f"query: {query}\n{format_hits(result, False)}"))
+
+
+@cli.command(name="eval")
+@click.option("--dataset", required=True, type=click.Path(exists=True, file_okay=False),
+              help="A BEIR-layout folder: corpus.jsonl[.gz], queries.jsonl, qrels/<split>.tsv.")
+@click.option("--split", default="test", show_default=True, help="Which qrels/<split>.tsv to run.")
+@click.option("--mode", "modes", multiple=True, help="fts, vector, hybrid (repeatable or a comma "
+              "list; default all).")
+@click.option("--fusion", "fusions", multiple=True, help="rrf, convex, dbsf for hybrid rows "
+              "(repeatable or a comma list; default all).")
+@click.option("--weights", "weights", multiple=True, help="Hybrid weights fts,vector, e.g. 1,0.5 "
+              "(repeatable; default the search default).")
+@click.option("--rrf-k", "rrf_ks", multiple=True, help="RRF k for rrf rows (repeatable or a "
+              "comma list; default 60).")
+@click.option("--bm25-weights", "bm25", multiple=True, help="FTS5 column weights title,text, "
+              "e.g. 2,1 (repeatable; default the backend's).")
+@click.option("--max-queries", type=int, help="Run only the first N judged queries (qrels order).")
+@click.option("--ignore-identical-ids", is_flag=True, help="Drop a hit whose id is the query's id.")
+@click.option("--scope-by", metavar="KEY", help="Limit each query to items sharing the query's "
+              "metadata.KEY value (a metadata filter inside each retriever).")
+@click.option("--db", "target", help="Index into this store instead of a temporary SQLite file.")
+@click.option("--no-default-row", is_flag=True, help="Skip the row run with search defaults.")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write cached embeddings.")
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the JSON report to this file.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object (as the global --json).")
+@pass_ctx
+@handle_errors
+def eval_(ctx: Context, dataset: str, split: str, modes: tuple[str, ...], fusions: tuple[str, ...],
+          weights: tuple[str, ...], rrf_ks: tuple[str, ...], bm25: tuple[str, ...],
+          max_queries: int | None, ignore_identical_ids: bool, scope_by: str | None,
+          target: str | None, no_default_row: bool, no_cache: bool, output: Path | None,
+          as_json: bool) -> None:
+    """Measure nDCG@10, Recall@100, MRR@10 and latency on a BEIR dataset, per mode and fusion.
+
+    Embeddings are cached in $HYBRIDKB_CACHE (default ~/.cache/hybridkb/embeddings).
+    """
+    from .embedding import get_embedder
+    from .evaluation import runner
+    from .evaluation.cache import EmbeddingCache
+
+    try:
+        ks = tuple(float(k) for k in runner.split_values(rrf_ks))
+    except ValueError as exc:
+        raise InvalidInputError(f"--rrf-k takes numbers: {exc}") from exc
+    defaults = runner.EvalOptions()
+    options = runner.EvalOptions(
+        modes=runner.split_values(modes) or defaults.modes,
+        fusions=runner.split_values(fusions) or defaults.fusions,
+        weights=runner.parse_pairs(weights, "--weights") or defaults.weights,
+        rrf_ks=ks or defaults.rrf_ks,
+        bm25_weights=runner.parse_pairs(bm25, "--bm25-weights") or defaults.bm25_weights,
+        split=split, max_queries=max_queries, ignore_identical_ids=ignore_identical_ids,
+        scope_by=scope_by, db=target, default_row=not no_default_row)
+    needs_model = any(m != "fts" for m in options.modes)
+    model = get_embedder(ctx.embedder) if needs_model else None
+    report = runner.evaluate(dataset, model, options, cache=None if no_cache else EmbeddingCache(),
+                             progress=progress_bar)
+    data = report.to_dict()
+    if output is not None:
+        output.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    ctx.as_json = ctx.as_json or as_json
+    emit(ctx, data, lambda: click.echo(runner.format_table(report)))
+
+
+@cli.command()
+@click.option("--http", "use_http", is_flag=True,
+              help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP bind address.")
+@click.option("--port", default=8765, show_default=True, help="HTTP port.")
+@click.option("--token", envvar="HYBRIDKB_TOKEN",
+              help="Bearer token HTTP clients must send (env HYBRIDKB_TOKEN); "
+                   "generated for loopback when omitted, required otherwise.")
+@click.option("--read-only", is_flag=True, help="Expose only search, recall, get, list_corpora.")
+@click.option("--corpora", "corpora_csv",
+              help="Comma-separated corpora the server may see and write.")
+@pass_ctx
+@handle_errors
+def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None, read_only: bool,
+          corpora_csv: str | None) -> None:
+    """Serve the store to agents over MCP (stdio by default; logs go to stderr)."""
+    try:
+        from . import mcp_server
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] not in ("mcp", "pydantic", "starlette", "anyio"):
+            raise
+        _fail("the MCP server needs the mcp package: pip install 'hybridkb[mcp]'")
+    corpora = [c.strip() for c in (corpora_csv or "").split(",") if c.strip()] or None
+    if use_http:
+        token, generated = mcp_server.check_http_binding(host, token)
+    server = mcp_server.build_server(ctx.kb(), read_only=read_only, corpora=corpora)
+    if not use_http:
+        mcp_server.run_stdio(server)
+        return
+    click.echo(f"hybridkb MCP server on http://{host}:{port}/mcp"
+               + (" (read-only)" if read_only else ""), err=True)
+    if generated:
+        click.echo(f"bearer token for this run: {token}", err=True)
+    assert token is not None
+    mcp_server.run_http(server, host=host, port=port, token=token)
 
 
 def main() -> None:

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 
 from . import dedup, textquery
 from . import fusion as fusion_lib
-from .backends.base import Backend, ScoredIds, Scope, Vector
+
+__all__ = ["DEFAULT_FUSION", "DEFAULT_WEIGHTS", "SearchPlan", "dedup", "fusion_lib", "run"]
+from .backends.base import Backend, Scope, ScoredIds, Vector
 from .errors import InvalidInputError
 from .labels import source_label
 from .model import Filters, Hit, Item, RetrieverHit, SearchResult
@@ -124,7 +126,8 @@ def run(
         answered = "substring" if any(lists[c]["substring"] for c in corpora) else "none"
 
     all_ids = {doc for per in lists.values() for scored in per.values() for doc, _ in scored}
-    items = {it.id: it for it in backend.get(sorted(all_ids), include_expired=True, now=now)}
+    items = {it.id: it for it in backend.get(sorted(all_ids), include_expired=True, now=now)
+             if it.id is not None}
 
     candidates: dict[str, _Candidate] = {}
     per_corpus_ranked: list[list[str]] = []
@@ -228,5 +231,5 @@ def _hit(
 
 
 def _label(item: Item, labels: dict[str, str]) -> str:
-    return source_label(corpus=item.corpus, kind=item.kind, title=item.title, item_id=item.id,
+    return source_label(corpus=item.corpus, kind=item.kind, title=item.title, item_id=item.id or "",
                         metadata=item.metadata, template=labels.get(item.corpus))

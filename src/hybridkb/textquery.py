@@ -20,16 +20,23 @@ _PHRASE = re.compile(r'"([^"]*)"')
 _CHUNK = re.compile(r'[^\s"]+')
 _WORD = re.compile(r"[^\W_]+")  # letters and digits, as FTS5's unicode61 tokenizer splits
 
+# Lucene's English stop set (what Anserini's BM25 baselines drop): these words match
+# nearly every document, so a query keeps them only when it has nothing else.
+LUCENE_STOPWORDS = frozenset(
+    """a an and are as at be but by for if in into is it no not of on or such that the their
+       then there these they this to was will with""".split()
+)
+
 # Dropped only when a query has more terms than the cap: they are the least selective.
 STOPWORDS = frozenset(
     """a about above after again against all am an and any are as at be because been before
-    being below between both but by can could did do does doing down during each few for from
-    further had has have having he her here hers herself him himself his how i if in into is it
-    its itself just me more most my myself no nor not now of off on once only or other our ours
-    ourselves out over own same she should so some such than that the their theirs them
-    themselves then there these they this those through to too under until up very was we were
-    what when where which while who whom why will with would you your yours yourself
-    yourselves""".split()
+       being below between both but by can could did do does doing down during each few for
+       from further had has have having he her here hers herself him himself his how i if in
+       into is it its itself just me more most my myself no nor not now of off on once only or
+       other our ours ourselves out over own same she should so some such than that the their
+       theirs them themselves then there these they this those through to too under until up
+       very was we were what when where which while who whom why will with would you your yours
+       yourself yourselves""".split()
 )
 
 
@@ -87,7 +94,8 @@ def parse(text: object, *, max_terms: int = MAX_TERMS) -> TextQuery:
     for part in rest:
         for chunk in _CHUNK.findall(part):
             add(_tokens(chunk))
-    return cap_terms(terms, max_terms)
+    content = [t for t in terms if not (len(t) == 1 and t[0] in LUCENE_STOPWORDS)]
+    return cap_terms(content or terms, max_terms)
 
 
 def cap_terms(terms: list[tuple[str, ...]], max_terms: int) -> TextQuery:

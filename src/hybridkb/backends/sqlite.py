@@ -25,7 +25,7 @@ from ..errors import (
 from ..model import Filters, Item
 from ..textquery import TextQuery
 from . import migrations, sqlite_driver
-from .base import ScoredIds, Scope, Vector
+from .base import Scope, ScoredIds, Vector
 from .vector_index import VectorIndex
 
 BUSY_TIMEOUT_S = 30.0
@@ -266,7 +266,7 @@ class SQLiteBackend:
                 return
             with_vec = [(r, i, v) for r, i, v in written if v is not None]
             if with_vec:
-                self._index.upsert([r for r, _, _ in with_vec], [v for _, _, v in with_vec],  # type: ignore[misc]
+                self._index.upsert([r for r, _, _ in with_vec], [v for _, _, v in with_vec if v is not None],
                                    [i.corpus for _, i, _ in with_vec],
                                    [i.expires_at for _, i, _ in with_vec],
                                    [i.stale for _, i, _ in with_vec])

@@ -10,6 +10,7 @@ else arrives as an explicit set of allowed row ids.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -42,17 +43,17 @@ class VectorIndex:
             return
         cap = max(need, int(len(self._rowids) * 1.5) + 64)
 
-        def grow(a: npt.NDArray[np.generic], fill: object) -> npt.NDArray[np.generic]:
+        def grow(a: Any, fill: object) -> Any:
             out = np.full((cap, *a.shape[1:]), fill, dtype=a.dtype)
             out[: self._size] = a[: self._size]
             return out
 
-        self._rowids = grow(self._rowids, -1)  # type: ignore[assignment]
-        self._matrix = grow(self._matrix, 0.0)  # type: ignore[assignment]
-        self._corpus = grow(self._corpus, -1)  # type: ignore[assignment]
-        self._expires = grow(self._expires, np.inf)  # type: ignore[assignment]
-        self._stale = grow(self._stale, False)  # type: ignore[assignment]
-        self._alive = grow(self._alive, False)  # type: ignore[assignment]
+        self._rowids = grow(self._rowids, -1)
+        self._matrix = grow(self._matrix, 0.0)
+        self._corpus = grow(self._corpus, -1)
+        self._expires = grow(self._expires, np.inf)
+        self._stale = grow(self._stale, False)
+        self._alive = grow(self._alive, False)
 
     def upsert(
         self, rowids: Sequence[int], vectors: Sequence[Vector], corpora: Sequence[str],

@@ -31,10 +31,13 @@ class Embedder(ABC):
     def embed_documents(self, texts: Sequence[str]) -> Vectors:
         out = [self.embed_batch(texts[i : i + self.batch_size])
                for i in range(0, len(texts), self.batch_size)]
-        return np.vstack(out) if out else np.zeros((0, self.dim), dtype=np.float32)
+        if not out:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        stacked: Vectors = np.vstack(out).astype(np.float32, copy=False)
+        return stacked
 
     def embed_query(self, text: str) -> Vectors:
-        return self.embed_batch([text])[0]
+        return np.asarray(self.embed_batch([text])[0], dtype=np.float32)
 
     @property
     def model_id(self) -> str:
@@ -46,7 +49,8 @@ def normalize_rows(matrix: npt.NDArray[np.floating]) -> Vectors:
     m = np.asarray(matrix, dtype=np.float32)
     norms = np.linalg.norm(m, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
-    return (m / norms).astype(np.float32, copy=False)
+    out: Vectors = (m / norms).astype(np.float32, copy=False)
+    return out
 
 
 def content_hash(text: str) -> str:

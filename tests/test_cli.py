@@ -1,0 +1,102 @@
+"""The command line through click's runner, on real store files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hybridkb.cli import cli
+
+
+@pytest.fixture
+def run(tmp_path: Path):  # type: ignore[no-untyped-def]
+    db = str(tmp_path / "cli.db")
+    runner = CliRunner()
+
+    def invoke(*args: str, ok: bool = True):  # type: ignore[no-untyped-def]
+        result = runner.invoke(cli, ["--db", db, "--embedder", "hashing-64", *args])
+        if ok:
+            assert result.exit_code == 0, result.output
+        return result
+
+    return invoke
+
+
+def test_add_search_get_delete(run) -> None:  # type: ignore[no-untyped-def]
+    run("add", "Run migration_032 before deploying", "--id", "m1", "--kind", "decision")
+    run("add", "We keep data in one SQLite file", "--id", "m2", "--metadata", '{"team": "core"}')
+    out = json.loads(run("--json", "search", "migration_032", "--mode", "fts").stdout)
+    assert out["answered_by"] == "fts"
+    assert [h["id"] for h in out["hits"]] == ["m1"]
+    human = run("search", "migration_032", "--explain").output
+    assert "m1" in human and "fts #1" in human and "answered by: hybrid" in human
+    got = json.loads(run("--json", "get", "m2").stdout)
+    assert got["metadata"] == {"team": "core"} and got["text"].startswith("We keep")
+    assert json.loads(run("--json", "delete", "m1").stdout) == {"deleted": 1}
+    assert run("delete", "m1", ok=False).exit_code == 1
+
+
+def test_stats_and_filters(run) -> None:  # type: ignore[no-untyped-def]
+    run("add", "alpha note", "--corpus", "a", "--kind", "lesson")
+    run("add", "alpha other", "--corpus", "b")
+    stats = json.loads(run("--json", "stats").stdout)
+    assert stats["items"] == 2 and stats["corpora"] == {"a": 1, "b": 1}
+    out = json.loads(run("--json", "search", "alpha", "--kind", "lesson").stdout)
+    assert [h["corpus"] for h in out["hits"]] == ["a"]
+    out = json.loads(run("--json", "search", "alpha", "--corpus", "b").stdout)
+    assert [h["corpus"] for h in out["hits"]] == ["b"]
+
+
+def test_import_jsonl_and_beir_ids(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "items.jsonl"
+    lines = [{"_id": "d1", "title": "T1", "text": "first document"},
+             {"id": "d2", "text": "second document", "kind": "lesson", "metadata": {"x": 1}}]
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    assert json.loads(run("--json", "import", str(path)).stdout) == {"imported": 2, "skipped": 0}
+    assert json.loads(run("--json", "get", "d1").stdout)["title"] == "T1"
+
+
+def test_import_bad_lines_all_or_nothing_or_skip(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b'{"id": "ok", "text": "fine"}\n{not json\n{"id": "e", "text": ""}\n\xff\xfe\n')
+    result = run("import", str(path), ok=False)
+    assert result.exit_code == 1 and "error:" in result.output and "Traceback" not in result.output
+    assert json.loads(run("--json", "stats").stdout)["items"] == 0
+    out = json.loads(run("--json", "import", str(path), "--skip-bad").stdout)
+    assert out == {"imported": 1, "skipped": 3}
+
+
+@pytest.mark.parametrize("args", [["get", "missing"], ["search", "x", "--filter", "{bad"],
+                                  ["search", "x", "--filter", '{"colour": 1}'],
+                                  ["add", "x", "--metadata", "[1]"], ["add", "   "],
+                                  ["search", "x", "--corpus", "nope"]])
+def test_errors_are_one_line(run, args: list[str]) -> None:  # type: ignore[no-untyped-def]
+    run("add", "something", "--id", "s")
+    result = run(*args, ok=False)
+    assert result.exit_code != 0
+    assert "Traceback" not in result.output
+    assert result.output.startswith("error:") or "Error:" in result.output
+
+
+def test_hostile_query_cli(run) -> None:  # type: ignore[no-untyped-def]
+    run("add", "something")
+    for q in ['"', "NEAR(", "-x", "a:b", "C++", ""]:
+        out = json.loads(run("--json", "search", "--", q).stdout)
+        assert "hits" in out
+
+
+def test_demo_on_fts_only_store(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["--db", str(tmp_path / "d.db"), "--no-embedder", "--json",
+                                      "demo", "where do we keep data?"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output.splitlines()[-1])
+    assert out["answered_by"] == "fts" and out["hits"]
+
+
+def test_every_command_has_help() -> None:
+    for name, command in cli.commands.items():
+        assert command.help, f"command {name} has no help"
+        assert CliRunner().invoke(cli, [name, "--help"]).exit_code == 0
