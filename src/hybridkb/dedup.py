@@ -14,6 +14,9 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
+import numpy as np
+import numpy.typing as npt
+
 DEFAULT_THRESHOLD = 0.90
 _WORD = re.compile(r"\w+")
 
@@ -74,4 +77,36 @@ def collapse(
             prefix_index.setdefault(tok, []).append(len(kept))
         kept.append(doc_id)
         kept_sets.append(toks)
+    return kept, absorbed
+
+
+def collapse_by_vectors(
+    ranked_ids: Sequence[str], vectors: dict[str, npt.NDArray[np.float32]], threshold: float,
+) -> tuple[list[str], dict[str, list[str]]]:
+    """Collapse a best-first list by cosine similarity of stored (unit) vectors.
+
+    Items without a vector are kept as they are. One matrix product covers every
+    pair, so a few hundred candidates cost well under a millisecond.
+    """
+    if not -1.0 <= threshold <= 1.0:
+        raise ValueError(f"cosine threshold must be in [-1, 1], got {threshold}")
+    with_vec = [d for d in dict.fromkeys(ranked_ids) if d in vectors]
+    if len(with_vec) < 2:
+        return list(dict.fromkeys(ranked_ids)), {}
+    matrix = np.vstack([vectors[d] for d in with_vec])
+    sims = matrix @ matrix.T
+    position = {d: i for i, d in enumerate(with_vec)}
+    kept: list[str] = []
+    kept_rows: list[int] = []
+    absorbed: dict[str, list[str]] = {}
+    for doc in dict.fromkeys(ranked_ids):
+        row = position.get(doc)
+        if row is not None and kept_rows:
+            close = np.flatnonzero(sims[row, kept_rows] >= threshold)
+            if close.size:
+                absorbed.setdefault(with_vec[kept_rows[int(close[0])]], []).append(doc)
+                continue
+        kept.append(doc)
+        if row is not None:
+            kept_rows.append(row)
     return kept, absorbed

@@ -43,6 +43,7 @@ class SearchPlan:
     rrf_k: float = fusion_lib.RRF_K
     depth: int | None = None
     dedup_threshold: float | None = dedup.DEFAULT_THRESHOLD
+    dedup_cosine: float | None = None
     policy: ScorePolicy = field(default_factory=ScorePolicy)
     min_score: float | None = None
     max_terms: int = textquery.MAX_TERMS
@@ -63,6 +64,10 @@ class SearchPlan:
             raise InvalidInputError(f"weights must be two finite numbers >= 0, got {self.weights!r}")
         if self.depth is not None and (self.depth < 1 or self.depth > 4096):
             raise InvalidInputError(f"depth must be from 1 to 4096, got {self.depth!r}")
+        if self.dedup_threshold is not None and not 0.0 < self.dedup_threshold <= 1.0:
+            raise InvalidInputError(f"dedup threshold must be in (0, 1], got {self.dedup_threshold}")
+        if self.dedup_cosine is not None and not -1.0 <= self.dedup_cosine <= 1.0:
+            raise InvalidInputError(f"dedup_cosine must be in [-1, 1], got {self.dedup_cosine}")
         if self.min_score is not None and not 0.0 <= self.min_score <= 1.0:
             raise InvalidInputError(f"min_score is a normalized score in [0, 1], got {self.min_score}")
 
@@ -129,10 +134,11 @@ def run(
     items = {it.id: it for it in backend.get(sorted(all_ids), include_expired=True, now=now)
              if it.id is not None}
 
+    vectors = backend.vectors_for(sorted(items)) if plan.dedup_cosine is not None else {}
     candidates: dict[str, _Candidate] = {}
     per_corpus_ranked: list[list[str]] = []
     for corpus in corpora:
-        fused = _fuse_corpus(plan, lists[corpus], items, candidates, corpus)
+        fused = _fuse_corpus(plan, lists[corpus], items, vectors, candidates, corpus)
         per_corpus_ranked.append(fused)
 
     if len(per_corpus_ranked) > 1:
@@ -145,8 +151,12 @@ def run(
         order = per_corpus_ranked[0] if per_corpus_ranked else []
         max_score = plan.max_fused(sum(1 for s in lists[corpora[0]].values() if s)) if corpora else 1.0
 
-    if plan.dedup_threshold is not None and len(per_corpus_ranked) > 1:
-        order = _collapse(order, items, candidates, plan.dedup_threshold)
+    if len(per_corpus_ranked) > 1:
+        order, absorbed = _collapse(plan, order, items, vectors)
+        for survivor, others in absorbed.items():
+            alt = candidates[survivor].alternates
+            for other in others:
+                alt.extend(a for a in [other, *candidates[other].alternates] if a not in alt)
 
     if plan.min_score is not None:
         order = [d for d in order if candidates[d].fused / max_score >= plan.min_score - 1e-12]
@@ -170,17 +180,14 @@ def _answered_by(lists: dict[str, dict[str, ScoredIds]]) -> str:
 
 def _fuse_corpus(
     plan: SearchPlan, per: dict[str, ScoredIds], items: dict[str, Item],
-    candidates: dict[str, _Candidate], corpus: str,
+    vectors: dict[str, Vector], candidates: dict[str, _Candidate], corpus: str,
 ) -> list[str]:
     names, scored_lists, weights = [], [], []
     for name, scored in per.items():
         scored = [(d, s) for d, s in scored if d in items]
-        alternates: dict[str, list[str]] = {}
-        if plan.dedup_threshold is not None and len(scored) > 1:
-            kept, alternates = dedup.collapse(
-                [(d, items[d].text) for d, _ in scored], plan.dedup_threshold)
-            keep = set(kept)
-            scored = [(d, s) for d, s in scored if d in keep]
+        kept, alternates = _collapse(plan, [d for d, _ in scored], items, vectors)
+        keep = set(kept)
+        scored = [(d, s) for d, s in scored if d in keep]
         names.append(name)
         scored_lists.append(scored)
         weights.append(plan.weights[1] if name == "vector" else plan.weights[0])
@@ -201,16 +208,19 @@ def _fuse_corpus(
 
 
 def _collapse(
-    order: list[str], items: dict[str, Item], candidates: dict[str, _Candidate], threshold: float,
-) -> list[str]:
-    kept, absorbed = dedup.collapse([(d, items[d].text) for d in order if d in items], threshold)
-    for survivor, others in absorbed.items():
-        alt = candidates[survivor].alternates
-        for other in others:
-            if other not in alt:
-                alt.append(other)
-            alt.extend(a for a in candidates[other].alternates if a not in alt)
-    return kept
+    plan: SearchPlan, order: list[str], items: dict[str, Item], vectors: dict[str, Vector],
+) -> tuple[list[str], dict[str, list[str]]]:
+    """Near-duplicate collapse by token Jaccard and, when asked, by vector cosine."""
+    absorbed: dict[str, list[str]] = {}
+    if plan.dedup_threshold is not None and len(order) > 1:
+        order, absorbed = dedup.collapse([(d, items[d].text) for d in order], plan.dedup_threshold)
+    if plan.dedup_cosine is not None and len(order) > 1:
+        order, by_vector = dedup.collapse_by_vectors(order, vectors, plan.dedup_cosine)
+        for survivor, others in by_vector.items():
+            merged = absorbed.setdefault(survivor, [])
+            for other in others:
+                merged.extend([other, *absorbed.pop(other, [])])
+    return order, absorbed
 
 
 def _hit(

@@ -301,7 +301,7 @@ class KnowledgeBase:
         corpora: Sequence[str] | str | None = None, filters: Filters | Mapping[str, Any] | None = None,
         fusion: str | None = None, weights: Sequence[float] | None = None,
         rrf_k: float = pipeline.fusion_lib.RRF_K, depth: int | None = None,
-        dedup: float | None = pipeline.dedup.DEFAULT_THRESHOLD,
+        dedup: float | None = pipeline.dedup.DEFAULT_THRESHOLD, dedup_cosine: float | None = None,
         score_policy: ScorePolicy | None = None, min_score: float | None = None,
         touch: bool = False, explain: bool = False,
     ) -> SearchResult:
@@ -316,12 +316,10 @@ class KnowledgeBase:
             filters=parse_filters(dict(filters) if isinstance(filters, Mapping) else filters),
             fusion=fusion or pipeline.DEFAULT_FUSION,
             weights=tuple(weights) if weights is not None else pipeline.DEFAULT_WEIGHTS,  # type: ignore[arg-type]
-            rrf_k=rrf_k, depth=depth, dedup_threshold=dedup,
+            rrf_k=rrf_k, depth=depth, dedup_threshold=dedup, dedup_cosine=dedup_cosine,
             policy=score_policy or self.score_policy, min_score=min_score,
         )
         plan.validate()
-        if dedup is not None and not 0 < dedup <= 1:
-            raise InvalidInputError(f"dedup threshold must be in (0, 1], got {dedup}")
         names = self._resolve_corpora(corpora)
         notes: list[str] = []
         embed = self._query_embedder(mode, notes)
