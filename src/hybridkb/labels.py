@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 _MEMORY_KINDS = frozenset({"decision", "lesson", "summary", "temp_note", "memory", "note"})
-_KIND_PREFIX = {"wiki_page": "wiki", "review_comment": "review", "code": "code"}
+_KIND_PREFIX = {"wiki_page": "wiki", "review_comment": "review", "code": "code", "document": "doc"}
 
 
 class _Defaulting(dict[str, Any]):

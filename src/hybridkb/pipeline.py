@@ -21,8 +21,10 @@ from .labels import source_label
 from .model import Filters, Hit, Item, RetrieverHit, SearchResult
 from .scoring import ScorePolicy, apply
 
-MIN_DEPTH = 50
-DEPTH_FACTOR = 3
+# Each retriever returns max(MIN_DEPTH, offset + limit) candidates. A depth that does
+# not grow with `limit` keeps score-aware fusions (whose normalization depends on the
+# list) giving the same top 10 whether a caller asks for 10 hits or 100.
+MIN_DEPTH = 100
 
 # The default fusion and weights (fts, vector), chosen by the evaluation harness:
 # see docs/benchmarks.md for the measurements behind them.
@@ -75,7 +77,7 @@ class SearchPlan:
     def candidate_depth(self) -> int:
         if self.depth is not None:
             return self.depth
-        return min(4096, max(MIN_DEPTH, DEPTH_FACTOR * (self.offset + self.limit)))
+        return min(4096, max(MIN_DEPTH, self.offset + self.limit))
 
     def max_fused(self, n_lists: int) -> float:
         """The highest fused score possible, for normalizing `min_score`."""
