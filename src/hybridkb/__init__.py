@@ -39,7 +39,7 @@ __all__ = [
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
-def open(  # noqa: A001 - mirrors the builtin on purpose: hybridkb.open(path)
+def open(
     target: str | Path, *, embedder: Embedder | str | None = "default",
     score_policy: ScorePolicy | None = None, **backend_options: Any,
 ) -> KnowledgeBase:

@@ -61,7 +61,11 @@ def _minmax(scored: Scored) -> dict[str, float]:
 
 
 def _distribution(scored: Scored) -> dict[str, float]:
-    """DBSF normalization: map mean ± 3σ of the list's scores onto [0, 1]."""
+    """DBSF normalization: map mean ± 3σ of the list's scores onto [0, 1].
+
+    Not clipped: BM25 lists are heavy-tailed, and clipping the head at mean + 3σ
+    would erase the differences between the strongest matches.
+    """
     if not scored:
         return {}
     values = [s for _, s in scored]
@@ -70,7 +74,7 @@ def _distribution(scored: Scored) -> dict[str, float]:
     if std <= 1e-12:
         return {doc: 0.5 for doc, _ in scored}
     lo, span = mean - 3 * std, 6 * std
-    return {doc: min(1.0, max(0.0, (s - lo) / span)) for doc, s in scored}
+    return {doc: (s - lo) / span for doc, s in scored}
 
 
 def _normalized_sum(

@@ -18,6 +18,18 @@ def now_ts() -> float:
     return datetime.now(UTC).timestamp()
 
 
+# Timestamps must be datetimes too (years 1 to 9999), so every one can be shown as ISO-8601.
+MIN_TS = datetime(1, 1, 1, tzinfo=UTC).timestamp()
+MAX_TS = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def valid_ts(value: object) -> bool:
+    """True for epoch seconds of a real date (finite, years 1 to 9999)."""
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and MIN_TS <= value <= MAX_TS)
+
+
 def to_ts(value: datetime | float | int | str | None) -> float | None:
     """Accept a datetime, epoch seconds or an ISO-8601 string; return epoch seconds."""
     if value is None:
@@ -25,19 +37,33 @@ def to_ts(value: datetime | float | int | str | None) -> float | None:
     if isinstance(value, bool):
         raise InvalidFilterError(f"not a timestamp: {value!r}")
     if isinstance(value, int | float):
-        if not math.isfinite(value):
-            raise InvalidFilterError(f"not a finite timestamp: {value!r}")
+        if not valid_ts(value):  # also NaN, infinities and ints too big for a float
+            raise InvalidFilterError(f"not a finite timestamp of years 1 to 9999: {value!r:.40}")
         return float(value)
     if isinstance(value, str):
         try:
             value = datetime.fromisoformat(value)
         except ValueError as exc:
-            raise InvalidFilterError(f"not an ISO-8601 timestamp: {value!r}") from exc
+            raise InvalidFilterError(f"not an ISO-8601 timestamp: {value!r:.80}") from exc
     if isinstance(value, datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=UTC)
-        return value.timestamp()
-    raise InvalidFilterError(f"not a timestamp: {value!r}")
+        try:
+            return value.timestamp()
+        except (OverflowError, ValueError) as exc:  # e.g. year 1 with a positive UTC offset
+            raise InvalidFilterError(f"not a representable timestamp: {value!r}") from exc
+    raise InvalidFilterError(f"not a timestamp: {value!r:.80}")
+
+
+def storable_text_problem(value: str) -> str | None:
+    """Why a string cannot be stored (every backend), or None when it can."""
+    if "\x00" in value:
+        return "contains a NUL character"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid Unicode (lone surrogate)"
+    return None
 
 
 def iso(ts: float | None) -> str | None:
@@ -127,7 +153,11 @@ def _as_tuple(name: str, value: Any) -> tuple[Any, ...]:
         raise InvalidFilterError(f"filter {name!r} has an empty list of values")
     for v in values:
         if not isinstance(v, _SCALAR) or (isinstance(v, float) and not math.isfinite(v)):
-            raise InvalidFilterError(f"filter {name!r}: {v!r} is not a string or number")
+            raise InvalidFilterError(f"filter {name!r}: {v!r:.80} is not a string or number")
+        if isinstance(v, int) and not INT64_MIN <= v <= INT64_MAX:
+            raise InvalidFilterError(f"filter {name!r}: {v!r:.40} is outside the 64-bit integer range")
+        if isinstance(v, str) and (problem := storable_text_problem(v)):
+            raise InvalidFilterError(f"filter {name!r}: the value {problem}")
     return values
 
 
@@ -150,8 +180,9 @@ def parse_filters(filters: Filters | dict[str, Any] | None) -> Filters:
                 raise InvalidFilterError("filter 'metadata' must map keys to values")
             pairs = []
             for mkey, mvalue in sorted(value.items(), key=lambda kv: str(kv[0])):
-                if not isinstance(mkey, str) or not mkey:
-                    raise InvalidFilterError(f"metadata filter key must be a non-empty string: {mkey!r}")
+                if not isinstance(mkey, str) or not mkey or storable_text_problem(mkey):
+                    raise InvalidFilterError(
+                        f"metadata filter key must be a non-empty string of valid text: {mkey!r:.80}")
                 pairs.append((mkey, _as_tuple(f"metadata.{mkey}", mvalue)))
             out["metadata"] = tuple(pairs)
         elif target in ("include_expired", "include_stale"):

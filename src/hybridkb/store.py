@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import re
+import string
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace as dc_replace
@@ -22,7 +24,18 @@ from .errors import (
     InvalidInputError,
     NotFoundError,
 )
-from .model import ITEM_FIELDS, Filters, Item, SearchResult, now_ts, parse_filters, to_ts
+from .model import (
+    INT64_MAX,
+    ITEM_FIELDS,
+    Filters,
+    Item,
+    SearchResult,
+    now_ts,
+    parse_filters,
+    storable_text_problem,
+    to_ts,
+    valid_ts,
+)
 from .scoring import ScorePolicy
 
 MAX_TEXT_CHARS = 1_000_000
@@ -38,6 +51,53 @@ def _check_name(kind: str, value: object) -> str:
         raise InvalidInputError(
             f"{kind} must be a non-empty string of at most 128 printable characters: {value!r}")
     return value
+
+
+MAX_METADATA_DEPTH = 32
+
+
+def _check_metadata(metadata: object) -> None:
+    """A JSON object with string keys whose strings every backend can store."""
+    if not isinstance(metadata, dict):
+        raise InvalidInputError("metadata must be a JSON object")
+    stack: list[tuple[object, int]] = [(metadata, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_METADATA_DEPTH:
+            raise InvalidInputError(f"metadata nests deeper than {MAX_METADATA_DEPTH} levels")
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                if not isinstance(key, str):
+                    raise InvalidInputError(f"metadata keys must be strings, not {key!r:.40}")
+                if problem := storable_text_problem(key):
+                    raise InvalidInputError(f"metadata key {key!r:.40} {problem}")
+                stack.append((inner, depth + 1))
+        elif isinstance(value, list | tuple):
+            stack.extend((inner, depth + 1) for inner in value)
+        elif isinstance(value, str):
+            if problem := storable_text_problem(value):
+                raise InvalidInputError(f"metadata value {value!r:.40} {problem}")
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                raise InvalidInputError(f"metadata holds {value!r}, which JSON cannot represent")
+        elif value is not None and not isinstance(value, bool | int):
+            raise InvalidInputError(f"metadata is not JSON-serializable: {type(value).__name__} value")
+
+
+def _label(data: Mapping[str, Any]) -> object:
+    """How an error names an item: its id, else the start of its text."""
+    if data.get("id") is not None:
+        return data["id"]
+    text = data.get("text")
+    return text[:40] if isinstance(text, str) else "?"
+
+
+def _lookup_ids(ids: Sequence[str]) -> list[str]:
+    """The ids worth asking a backend for: an id no item can have is simply not found."""
+    if isinstance(ids, str):
+        raise InvalidInputError("ids must be a list of strings, not one string")
+    return [i for i in ids if isinstance(i, str) and i and len(i) <= MAX_ID_CHARS
+            and storable_text_problem(i) is None]
 
 
 def _ttl_seconds(ttl: float | timedelta | None) -> float | None:
@@ -68,18 +128,40 @@ class KnowledgeBase:
     # -- lifecycle --------------------------------------------------------------------------
 
     def _check_embedder(self) -> None:
-        recorded = self.backend.get_meta("embedder")
         if self.embedder is None:
             return
-        current = self.embedder.model_id
-        if recorded is None:
+        if self.backend.get_meta("embedder") is None \
+                and self.backend.vector_dim() in (None, self.embedder.dim):
             self.backend.ensure_vector_storage(self.embedder.dim)
-            self.backend.set_meta("embedder", current)
-        elif recorded != current:
-            self._vector_problem = EmbedderMismatchError(
-                f"this store was embedded with {recorded!r} but is opened with {current!r}; "
-                f"open it with the same model, or run `hybridkb reembed` to switch it to "
-                f"{current!r} (full-text search keeps working meanwhile)")
+            self.backend.set_meta("embedder", self.embedder.model_id)
+            self._record_model()
+        self._refresh_vector_problem()
+
+    def _record_model(self) -> None:
+        """Name and version beside the model id (the backend records `vector_dim`)."""
+        assert self.embedder is not None
+        self.backend.set_meta("embedder_name", self.embedder.name)
+        self.backend.set_meta("embedder_version", str(self.embedder.version))
+
+    def _refresh_vector_problem(self) -> None:
+        """Compare the recorded model with ours; another process may have re-embedded the store."""
+        if self.embedder is None:
+            return
+        recorded = self.backend.get_meta("embedder")
+        current = self.embedder.model_id
+        if recorded is None:  # vectors written by callers, without a model
+            dim = self.backend.vector_dim()
+            recorded = None if dim in (None, self.embedder.dim) else f"an unrecorded {dim}-dim model"
+        if recorded is None or recorded == current:
+            self._vector_problem = None
+            return
+        if self.backend.get_meta("pending_embedder") == current:
+            fix = f"run `hybridkb reembed` to finish switching it to {current!r}"
+        else:
+            fix = f"run `hybridkb reembed` to switch it to {current!r}"
+        self._vector_problem = EmbedderMismatchError(
+            f"this store was embedded with {recorded!r} but is opened with {current!r}; "
+            f"open it with the same model, or {fix} (full-text search keeps working meanwhile)")
 
     @property
     def embedder_name(self) -> str | None:
@@ -87,6 +169,8 @@ class KnowledgeBase:
 
     @property
     def has_vectors(self) -> bool:
+        """True when vector search works: a model, and the one the store records."""
+        self._refresh_vector_problem()
         return self.embedder is not None and self._vector_problem is None
 
     def close(self) -> None:
@@ -134,10 +218,15 @@ class KnowledgeBase:
     def upsert_many(self, items: Iterable[Item | Mapping[str, Any]], **options: Any) -> list[str]:
         return self.add_many(items, replace=True, **options)
 
+    def check_item(self, raw: Item | Mapping[str, Any]) -> None:
+        """Raise the error `add` would raise for this item (naming it), without writing it."""
+        self._prepare(raw)
+
     def _prepare(self, raw: Item | Mapping[str, Any]) -> tuple[Item, Vector | None]:
         now = now_ts()
         if isinstance(raw, Item):
-            item, vector, ttl = dc_replace(raw, metadata=dict(raw.metadata)), None, None
+            metadata = dict(raw.metadata) if isinstance(raw.metadata, dict) else raw.metadata
+            item, vector, ttl = dc_replace(raw, metadata=metadata), None, None
         elif isinstance(raw, Mapping):
             data = dict(raw)
             vector = data.pop("vector", None)
@@ -152,13 +241,13 @@ class KnowledgeBase:
                     try:
                         data[key] = to_ts(data[key])
                     except InvalidInputError as exc:
-                        raise InvalidInputError(f"{key}: {exc}") from exc
+                        raise InvalidInputError(f"item {_label(data)!r}: {key}: {exc}") from exc
             if "text" not in data:
                 raise InvalidInputError("an item needs a text")
             item = Item(**data)
         else:
             raise InvalidInputError(f"an item is an Item or a dict, not {type(raw).__name__}")
-        label = item.id if item.id is not None else item.text[:40] if isinstance(item.text, str) else "?"
+        label = _label(item.to_dict())
         try:
             self._validate(item)
         except InvalidInputError as exc:
@@ -170,6 +259,8 @@ class KnowledgeBase:
         seconds = _ttl_seconds(ttl)
         if seconds is not None:
             item.expires_at = now + seconds
+            if not valid_ts(item.expires_at):
+                raise InvalidInputError(f"item {label!r}: ttl {ttl!r} ends after the year 9999")
         vec = None
         if vector is not None:
             vec = self._check_vector(vector, item.id)
@@ -180,36 +271,40 @@ class KnowledgeBase:
             raise InvalidInputError("text must be a non-empty string")
         if len(item.text) > MAX_TEXT_CHARS:
             raise InvalidInputError(f"text has {len(item.text)} characters; the limit is {MAX_TEXT_CHARS}")
-        try:
-            item.text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise InvalidInputError(f"text is not valid Unicode: {exc}") from exc
+        if problem := storable_text_problem(item.text):
+            raise InvalidInputError(f"text {problem}")
         if item.id is not None and (not isinstance(item.id, str) or not item.id
                                     or len(item.id) > MAX_ID_CHARS):
             raise InvalidInputError(f"id must be a non-empty string of at most {MAX_ID_CHARS} characters")
         _check_name("corpus", item.corpus)
-        for name in ("title", "kind", "scope", "repo", "namespace", "source_url"):
+        for name in ("id", "corpus", "title", "kind", "scope", "repo", "namespace", "source_url"):
             value = getattr(item, name)
-            if value is not None and not isinstance(value, str):
+            if value is None:
+                continue
+            if not isinstance(value, str):
                 raise InvalidInputError(f"{name} must be a string")
-        if not isinstance(item.metadata, dict):
-            raise InvalidInputError("metadata must be a JSON object")
-        try:
-            json.dumps(item.metadata, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise InvalidInputError(f"metadata is not JSON-serializable: {exc}") from exc
+            if problem := storable_text_problem(value):
+                raise InvalidInputError(f"{name} {problem}")
+        _check_metadata(item.metadata)
         for name in ("created_at", "updated_at", "expires_at", "last_accessed_at"):
             value = getattr(item, name)
-            if value is not None and (not isinstance(value, int | float) or not math.isfinite(value)):
-                raise InvalidInputError(f"{name} must be a finite timestamp")
-        if not isinstance(item.access_count, int) or item.access_count < 0:
+            if value is not None and not valid_ts(value):
+                raise InvalidInputError(f"{name} must be a finite timestamp of years 1 to 9999")
+        if isinstance(item.access_count, bool) or not isinstance(item.access_count, int) \
+                or not 0 <= item.access_count <= INT64_MAX:
             raise InvalidInputError("access_count must be an integer >= 0")
+        if not isinstance(item.stale, bool):
+            raise InvalidInputError("stale must be true or false")
 
     def _check_vector(self, vector: Any, item_id: str | None) -> Vector:
         try:
-            vec = np.asarray(vector, dtype=np.float32).reshape(-1)
-        except (TypeError, ValueError) as exc:
+            vec = np.asarray(vector, dtype=np.float32)
+        except (TypeError, ValueError, OverflowError) as exc:
             raise InvalidInputError(f"item {item_id!r}: vector is not a list of numbers") from exc
+        if vec.ndim == 2 and vec.shape[0] == 1:  # one row of a batch, as embedders return it
+            vec = vec[0]
+        if vec.ndim != 1:
+            raise InvalidInputError(f"item {item_id!r}: vector is not a flat list of numbers")
         dim = self.backend.vector_dim()
         if dim is None and self.embedder is not None:
             dim = self.embedder.dim
@@ -237,6 +332,7 @@ class KnowledgeBase:
             dim = next(v for v in vectors if v is not None).size
             self.backend.ensure_vector_storage(dim)
         if self.embedder is not None:
+            self._refresh_vector_problem()
             if self._vector_problem is not None:
                 raise self._vector_problem
             unchanged = self.backend.embedded_hashes([it.id for it in items]) if replace else {}  # type: ignore[misc]
@@ -251,10 +347,10 @@ class KnowledgeBase:
 
     def delete(self, item_id: str) -> bool:
         """Delete one item; False when it did not exist."""
-        return self.backend.delete([item_id]) > 0
+        return self.delete_many([item_id]) > 0
 
     def delete_many(self, ids: Sequence[str]) -> int:
-        return self.backend.delete(list(ids))
+        return self.backend.delete(_lookup_ids(ids))
 
     def purge_expired(self) -> int:
         """Delete every expired item; returns how many."""
@@ -263,14 +359,14 @@ class KnowledgeBase:
     # -- reads ------------------------------------------------------------------------------
 
     def get(self, item_id: str, *, include_expired: bool = False) -> Item:
-        found = self.backend.get([item_id], include_expired=include_expired, now=now_ts())
+        found = self.backend.get(_lookup_ids([item_id]), include_expired=include_expired, now=now_ts())
         if not found:
             raise NotFoundError(f"no item with id {item_id!r}")
         return found[0]
 
     def get_many(self, ids: Sequence[str], *, include_expired: bool = False) -> list[Item]:
         """The items that exist, in the order asked; missing ids are skipped."""
-        return self.backend.get(list(ids), include_expired=include_expired, now=now_ts())
+        return self.backend.get(_lookup_ids(ids), include_expired=include_expired, now=now_ts())
 
     def count(self, corpus: str | None = None) -> int:
         return self.backend.count(corpus)
@@ -292,6 +388,7 @@ class KnowledgeBase:
             "vector_dim": self.backend.vector_dim(),
             "items_without_vectors": len(self.backend.ids_missing_vectors(10**9))
             if self.backend.vector_dim() is not None else self.count(),
+            "reembed_pending": self.backend.get_meta("pending_embedder"),
         }
 
     # -- search -----------------------------------------------------------------------------
@@ -345,6 +442,7 @@ class KnowledgeBase:
     def _query_embedder(self, mode: str, notes: list[str]) -> pipeline.QueryEmbedder | None:
         if mode == "fts":
             return None
+        self._refresh_vector_problem()
         if self._vector_problem is not None:
             if mode == "vector":
                 raise self._vector_problem
@@ -365,6 +463,15 @@ class KnowledgeBase:
     def set_label_template(self, corpus: str, template: str) -> None:
         """Label hits of `corpus` with a template like "[ticket: {title}]" (metadata keys allowed)."""
         labels = self._labels()
+        if not isinstance(template, str) or len(template) > 500 or storable_text_problem(template):
+            raise InvalidInputError("a label template is a string of at most 500 characters")
+        try:  # fields are plain names ({title}, {id}, a metadata key); "" stands in for each
+            specs = [spec for _, _, spec, _ in string.Formatter().parse(template) if spec]
+            if any(re.search(r"\d{4}", spec) for spec in specs):
+                raise ValueError("a format width of 1000 or more")
+            template.format_map(collections.defaultdict(str))
+        except (ValueError, IndexError, KeyError, AttributeError, TypeError) as exc:
+            raise InvalidInputError(f"bad label template {template!r}: {exc}") from exc
         labels[_check_name("corpus", corpus)] = template
         self.backend.set_meta("label_templates", json.dumps(labels))
 
@@ -393,26 +500,59 @@ class KnowledgeBase:
     # -- maintenance ------------------------------------------------------------------------
 
     def reembed(self, *, batch_size: int = 64, progress: Progress | None = None) -> int:
-        """Embed every item whose vector is missing or out of date; resumable.
+        """Give every item a vector from this store's embedder; returns how many were embedded.
 
-        Switching to another model first drops the old vectors (the store then
-        records the new model), so a crash midway leaves a store that resumes.
+        Switching to another model writes the new vectors beside the old ones, in
+        batches (one transaction each), and swaps them in with the recorded model in
+        one transaction at the end: until then the store keeps its old model and
+        vector search keeps working for it. A crash midway loses at most one batch;
+        running `reembed` again with the same model continues where it stopped.
+        Afterwards items still lacking a current vector (new or changed meanwhile,
+        or written without a model) are embedded in place.
         """
         if self.embedder is None:
             raise InvalidInputError("reembed needs an embedder")
-        if (self.backend.get_meta("embedder") != self.embedder.model_id
-                or self.backend.vector_dim() not in (None, self.embedder.dim)):
-            self.backend.clear_vectors()
-            self.backend.set_meta("embedder", self.embedder.model_id)
-            self._vector_problem = None
-        self.backend.ensure_vector_storage(self.embedder.dim)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidInputError(f"batch_size must be a positive integer, got {batch_size!r}")
+        model, dim = self.embedder.model_id, self.embedder.dim
+        recorded = self.backend.get_meta("embedder")
         done = 0
-        while ids := self.backend.ids_missing_vectors(batch_size):
+        if self.backend.vector_dim() not in (None, dim) or recorded not in (None, model):
+            self.backend.begin_reembed(model, dim)
+            after = ""
+            while ids := self.backend.pending_missing_ids(after, batch_size):
+                items = self.backend.get(ids, include_expired=True, now=now_ts())
+                if items:
+                    vectors = self.embedder.embed_documents([it.embedding_text for it in items])
+                    self.backend.write_pending_vectors(
+                        [it.id for it in items if it.id is not None], list(vectors),
+                        [content_hash(it.embedding_text) for it in items])
+                    done += len(items)
+                    if progress:
+                        progress(len(items))
+                after = ids[-1]
+            self.backend.finish_reembed(model, dim)
+            self._record_model()
+        elif self.backend.get_meta("pending_embedder") is not None:
+            self.backend.cancel_reembed()  # an unfinished switch to a model we no longer use
+        if recorded is None:
+            self.backend.set_meta("embedder", model)
+            self._record_model()
+        self._refresh_vector_problem()
+        self.backend.ensure_vector_storage(dim)
+        skipped: set[str] = set()
+        while ids := [i for i in self.backend.ids_missing_vectors(batch_size + len(skipped))
+                      if i not in skipped][:batch_size]:
             items = self.backend.get(ids, include_expired=True, now=now_ts())
             vectors = self.embedder.embed_documents([it.embedding_text for it in items])
-            self.backend.upsert(items, list(vectors),
-                                [content_hash(it.embedding_text) for it in items], replace=True)
-            done += len(items)
+            written = self.backend.write_vectors(
+                [it.id for it in items if it.id is not None], list(vectors),
+                [content_hash(it.embedding_text) for it in items])
+            # An item deleted or rewritten between `get` and `write_vectors` is left alone:
+            # its writer embedded the new text itself (or wrote it without a model).
+            if written < len(ids):
+                skipped.update(ids)
+            done += written
             if progress:
                 progress(len(items))
         return done

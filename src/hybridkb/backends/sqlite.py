@@ -8,6 +8,7 @@ in-memory matrix rebuilt from the `vec0` table (see vector_index.py).
 from __future__ import annotations
 
 import json
+import math
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -32,10 +33,20 @@ BUSY_TIMEOUT_S = 30.0
 # FTS5 bm25() column weights (title, text). Chosen by the evaluation harness.
 DEFAULT_BM25_WEIGHTS = (1.0, 1.0)
 _MAX_VARS = 500  # stay under SQLITE_MAX_VARIABLE_NUMBER on old builds
+# text_search fetches this many best-scored FTS rows per wanted row (divided by the
+# corpus's share of the store) before filtering them; past the cap it filters in SQL.
+_FTS_OVERFETCH = 4
+_FTS_OVERFETCH_MAX = 4000
 
 _ITEM_COLUMNS = (
     "id, corpus, title, text, kind, scope, repo, namespace, source_url, metadata, created_at, "
     "updated_at, expires_at, access_count, last_accessed_at, stale"
+)
+
+
+_CREATE_PENDING = (
+    "CREATE TABLE IF NOT EXISTS vec_items_pending "
+    "(id TEXT PRIMARY KEY, embedding BLOB NOT NULL, content_hash TEXT NOT NULL)"
 )
 
 
@@ -103,6 +114,8 @@ class SQLiteBackend:
                 raise StoreError(f"cannot create store {self.path!r}: folder {parent} does not exist")
         self._operational_error, self._database_error = sqlite_driver.errors()
         self._lock = threading.RLock()
+        self._writes = 0  # bumped around every write transaction: read caches key on it
+        self._corpora: tuple[tuple[int, int], dict[str, int]] | None = None
         try:
             self._conn = sqlite_driver.connect(self.path, timeout=BUSY_TIMEOUT_S)
             self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
@@ -127,6 +140,7 @@ class SQLiteBackend:
                 self._conn.execute("BEGIN IMMEDIATE")
             except self._operational_error as exc:
                 raise StoreError(f"store is busy or read-only: {exc}") from exc
+            self._writes += 1
             try:
                 yield self._conn
             except BaseException:
@@ -138,13 +152,17 @@ class SQLiteBackend:
                 except self._database_error as exc:
                     self._conn.execute("ROLLBACK")
                     raise StoreError(f"commit failed: {exc}") from exc
+            finally:
+                self._writes += 1
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         with self._lock:
             try:
                 return list(self._conn.execute(sql, params).fetchall())
-            except self._operational_error as exc:
+            except self._database_error as exc:  # locked too long, corrupt, I/O error
                 raise StoreError(f"query failed: {exc}") from exc
+            except (UnicodeEncodeError, OverflowError) as exc:  # a value SQLite cannot bind
+                raise InvalidInputError(f"a value cannot be used in a query: {exc}") from exc
 
     def _migrate(self) -> None:
         with self._write() as conn:
@@ -182,12 +200,14 @@ class SQLiteBackend:
         return int(value) if value else None
 
     def ensure_vector_storage(self, dim: int) -> None:
-        current = self.vector_dim()
-        if current == dim:
+        if self.vector_dim() == dim:
             return
-        if current is not None:
-            raise DimensionMismatchError(f"store holds {current}-dimensional vectors, not {dim}")
-        with self._write() as conn:
+        with self._write() as conn:  # checked again under the write lock: others may race us
+            row = conn.execute("SELECT value FROM meta WHERE key = 'vector_dim'").fetchone()
+            if row is not None and int(row[0]) == dim:
+                return
+            if row is not None:
+                raise DimensionMismatchError(f"store holds {row[0]}-dimensional vectors, not {dim}")
             conn.execute(
                 f"CREATE VIRTUAL TABLE vec_items USING vec0 "
                 f"(embedding float[{int(dim)}] distance_metric=cosine)"
@@ -201,6 +221,90 @@ class SQLiteBackend:
             conn.execute("DELETE FROM meta WHERE key = 'vector_dim'")
             conn.execute("UPDATE items SET embedded_hash = NULL")
         self._index = None
+
+    # -- switching models: new vectors beside the old ones, swapped in at the end ---------------
+
+    def begin_reembed(self, model_id: str, dim: int) -> None:
+        """Start (or resume, for the same model and dimension) filling the pending vectors."""
+        with self._write() as conn:
+            rows = conn.execute(
+                "SELECT key, value FROM meta WHERE key IN ('pending_embedder', 'pending_vector_dim')"
+            ).fetchall()
+            pending = dict(rows)
+            if pending == {"pending_embedder": model_id, "pending_vector_dim": str(int(dim))}:
+                conn.execute(_CREATE_PENDING)
+                return
+            conn.execute("DROP TABLE IF EXISTS vec_items_pending")
+            conn.execute(_CREATE_PENDING)
+            conn.executemany(
+                "INSERT INTO meta (key, value) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                [("pending_embedder", model_id), ("pending_vector_dim", str(int(dim)))])
+
+    def pending_missing_ids(self, after: str, limit: int) -> list[str]:
+        """Ids (> `after`, in id order) without a pending vector for their current text."""
+        return [r[0] for r in self._read(
+            "SELECT i.id FROM items i LEFT JOIN vec_items_pending p ON p.id = i.id "
+            "WHERE i.id > ? AND (p.id IS NULL OR p.content_hash != i.content_hash) "
+            "ORDER BY i.id LIMIT ?", (after, limit))]
+
+    def write_pending_vectors(
+        self, ids: Sequence[str], vectors: Sequence[Vector], content_hashes: Sequence[str],
+    ) -> None:
+        dim = self.get_meta("pending_vector_dim")
+        if dim is None:
+            raise StoreError("no re-embedding is in progress")
+        rows = []
+        for item_id, vec, chash in zip(ids, vectors, content_hashes, strict=True):
+            if len(vec) != int(dim):
+                raise DimensionMismatchError(
+                    f"item {item_id!r}: vector has {len(vec)} dimensions, the new model has {dim}")
+            rows.append((item_id, np.asarray(vec, dtype=np.float32).tobytes(), chash))
+        with self._write() as conn:
+            conn.executemany(
+                "INSERT INTO vec_items_pending (id, embedding, content_hash) VALUES (?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET embedding = excluded.embedding, "
+                "content_hash = excluded.content_hash", rows)
+
+    def finish_reembed(self, model_id: str, dim: int) -> int:
+        """In one transaction: pending vectors replace the old ones, the store records the new model.
+
+        Items whose text changed since their pending vector was computed (or that
+        arrived meanwhile) are left without a vector, for `ids_missing_vectors`.
+        Returns how many vectors were swapped in.
+        """
+        with self._write() as conn:
+            pending = dict(conn.execute(
+                "SELECT key, value FROM meta WHERE key IN ('pending_embedder', 'pending_vector_dim')"
+            ).fetchall())
+            if pending != {"pending_embedder": model_id, "pending_vector_dim": str(int(dim))}:
+                raise StoreError(f"no re-embedding to {model_id!r} is in progress")
+            conn.execute("DROP TABLE IF EXISTS vec_items")
+            conn.execute(
+                f"CREATE VIRTUAL TABLE vec_items USING vec0 "
+                f"(embedding float[{int(dim)}] distance_metric=cosine)")
+            moved = conn.execute(
+                "INSERT INTO vec_items (rowid, embedding) SELECT i.rowid, p.embedding "
+                "FROM vec_items_pending p JOIN items i "
+                "ON i.id = p.id AND i.content_hash = p.content_hash").rowcount
+            conn.execute(
+                "UPDATE items SET embedded_hash = CASE WHEN EXISTS (SELECT 1 FROM vec_items_pending p "
+                "WHERE p.id = items.id AND p.content_hash = items.content_hash) "
+                "THEN content_hash ELSE NULL END")
+            conn.execute("DROP TABLE vec_items_pending")
+            conn.execute("DELETE FROM meta WHERE key IN ('pending_embedder', 'pending_vector_dim')")
+            conn.executemany(
+                "INSERT INTO meta (key, value) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                [("embedder", model_id), ("vector_dim", str(int(dim)))])
+        self._index = None
+        return int(moved)
+
+    def cancel_reembed(self) -> None:
+        """Forget an unfinished re-embedding (its pending vectors are dropped)."""
+        with self._write() as conn:
+            conn.execute("DROP TABLE IF EXISTS vec_items_pending")
+            conn.execute("DELETE FROM meta WHERE key IN ('pending_embedder', 'pending_vector_dim')")
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -254,6 +358,8 @@ class SQLiteBackend:
             if "UNIQUE constraint failed: items.id" in str(exc):
                 raise InvalidInputError(f"an item with this id already exists: {exc}") from exc
             raise StoreError(f"write failed: {exc}") from exc
+        except (UnicodeEncodeError, OverflowError) as exc:
+            raise InvalidInputError(f"a value cannot be stored: {exc}") from exc
         self._after_write(written, stale_vectors)
 
     def _after_write(self, written: list[tuple[int, Item, Vector | None]], dropped: list[int]) -> None:
@@ -274,6 +380,36 @@ class SQLiteBackend:
                 if vec is None:
                     self._index.update_attrs(rowid, item.corpus, item.expires_at, item.stale)
             self._index.delete(dropped)
+
+    def write_vectors(
+        self, ids: Sequence[str], vectors: Sequence[Vector], content_hashes: Sequence[str],
+    ) -> int:
+        """Store vectors for items whose text still has the given hash; returns how many.
+
+        Only the vector and `embedded_hash` change, so an item rewritten by another
+        writer meanwhile is neither overwritten nor given a vector of its old text.
+        """
+        dim = self.vector_dim()
+        for item_id, vec in zip(ids, vectors, strict=True):
+            if dim is None or len(vec) != dim:
+                raise DimensionMismatchError(
+                    f"item {item_id!r}: vector has {len(vec)} dimensions, store has {dim}")
+        written: list[tuple[int, Item, Vector | None]] = []
+        with self._write() as conn:
+            for item_id, vec, chash in zip(ids, vectors, content_hashes, strict=True):
+                row = conn.execute(
+                    "UPDATE items SET embedded_hash = ? WHERE id = ? AND content_hash = ? "
+                    "RETURNING rowid, corpus, expires_at, stale", (chash, item_id, chash)).fetchone()
+                if row is None:
+                    continue
+                rowid = row[0]
+                conn.execute("DELETE FROM vec_items WHERE rowid = ?", (rowid,))
+                conn.execute("INSERT INTO vec_items (rowid, embedding) VALUES (?, ?)",
+                             (rowid, np.asarray(vec, dtype=np.float32).tobytes()))
+                written.append((rowid, Item(text="", id=item_id, corpus=row[1], expires_at=row[2],
+                                            stale=bool(row[3])), vec))
+        self._after_write(written, [])
+        return len(written)
 
     def delete(self, ids: Sequence[str]) -> int:
         removed: list[int] = []
@@ -340,7 +476,14 @@ class SQLiteBackend:
         return int(self._read("SELECT count(*) FROM items WHERE corpus = ?", (corpus,))[0][0])
 
     def corpora(self) -> dict[str, int]:
-        return dict(self._read("SELECT corpus, count(*) FROM items GROUP BY corpus ORDER BY corpus"))
+        # Every search asks (to resolve its corpora); counting scans an index of every item,
+        # so the answer is kept until this connection writes or another one commits.
+        with self._lock:
+            key = (self._data_version(), self._writes)
+            if self._corpora is None or self._corpora[0] != key:
+                self._corpora = (key, dict(self._read(
+                    "SELECT corpus, count(*) FROM items GROUP BY corpus ORDER BY corpus")))
+            return dict(self._corpora[1])
 
     def iter_items(self, batch_size: int = 500) -> Iterator[list[Item]]:
         last = 0
@@ -377,13 +520,55 @@ class SQLiteBackend:
             return []
         where, params = filter_sql(scope)
         wt, wx = self.bm25_weights
+        bm25 = f"bm25(items_fts, {float(wt)!r}, {float(wx)!r})"
+        if not scope.filters.needs_row_filter:
+            found = self._text_search_best_first(match, bm25, scope, limit)
+            if found is not None:
+                return found
         sql = (
-            f"SELECT i.id, bm25(items_fts, {float(wt)!r}, {float(wx)!r}) AS s "
+            f"SELECT i.id, {bm25} AS s "
             f"FROM items_fts JOIN items i ON i.rowid = items_fts.rowid "
             f"WHERE items_fts MATCH ? AND {where} ORDER BY s, i.id LIMIT ?"
         )
         rows = self._read(sql, [match, *params, limit])
         return [(r[0], -float(r[1])) for r in rows]
+
+    def _text_search_best_first(
+        self, match: str, bm25: str, scope: Scope, limit: int,
+    ) -> ScoredIds | None:
+        """The joined query's answer from the best-scored FTS rows alone, or None.
+
+        FTS5 scores every matching row either way; joining each one to its item (to
+        filter it and read its id) is what costs, several times the scoring. So take the
+        best `fetch` rows by score, filter just those, and keep the ones scoring strictly
+        better than the last fetched row: every matching row scoring better than that is
+        among them. When at least `limit` survive, they are exactly the joined query's
+        first rows (same order: score, then id); otherwise the caller runs that query.
+        """
+        counts = self.corpora()
+        share = counts.get(scope.corpus, 0) / max(1, sum(counts.values()))
+        if share <= 0:
+            return None
+        fetch = math.ceil(_FTS_OVERFETCH * limit / share)
+        if fetch > _FTS_OVERFETCH_MAX:
+            return None  # the corpus is a small share of the store: filter inside the query
+        rows = self._read(
+            f"SELECT rowid, {bm25} AS s FROM items_fts WHERE items_fts MATCH ? ORDER BY s LIMIT ?",
+            [match, fetch])
+        complete = len(rows) < fetch  # every matching row was fetched
+        if not complete:
+            worst = rows[-1][1]
+            rows = [r for r in rows if r[1] < worst]
+        where, params = filter_sql(scope)
+        ids: dict[int, str] = {}
+        for chunk in _chunks([r[0] for r in rows]):
+            ids.update(self._read(
+                f"SELECT i.rowid, i.id FROM items i WHERE i.rowid IN ({_marks(len(chunk))}) "
+                f"AND {where}", [*chunk, *params]))
+        best = sorted((s, ids[rowid]) for rowid, s in rows if rowid in ids)
+        if len(best) < limit and not complete:
+            return None
+        return [(item_id, -float(s)) for s, item_id in best[:limit]]
 
     def substring_search(self, words: Sequence[str], scope: Scope, limit: int) -> ScoredIds:
         if not words or limit <= 0:
@@ -436,37 +621,61 @@ class SQLiteBackend:
             cursor = self._conn.execute(
                 "SELECT v.rowid, v.embedding, i.corpus, i.expires_at, i.stale "
                 "FROM vec_items v JOIN items i ON i.rowid = v.rowid")
+            rowids: list[int] = []
+            blocks: list[Vector] = []
+            corpora: list[str] = []
+            expires: list[float | None] = []
+            stale: list[bool] = []
             while batch := cursor.fetchmany(4096):
-                index.upsert([r[0] for r in batch],
-                             [np.frombuffer(r[1], dtype=np.float32) for r in batch],
-                             [r[2] for r in batch], [r[3] for r in batch],
-                             [bool(r[4]) for r in batch])
+                rowids.extend(r[0] for r in batch)
+                blocks.append(np.frombuffer(b"".join(r[1] for r in batch), dtype=np.float32))
+                corpora.extend(r[2] for r in batch)
+                expires.extend(r[3] for r in batch)
+                stale.extend(bool(r[4]) for r in batch)
+            matrix = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.float32)
+            index.load(rowids, matrix.reshape(len(rowids), dim), corpora, expires, stale)
             self._index, self._index_version = index, version
             return index
 
     # -- maintenance ----------------------------------------------------------------------------
 
     def integrity_problems(self) -> list[str]:
-        """SQLite and FTS5 integrity checks plus items / FTS / vector agreement."""
-        problems = [r[0] for r in self._read("PRAGMA integrity_check") if r[0] != "ok"]
+        """SQLite's and FTS5's integrity checks, and items / FTS rows / vectors agreeing by rowid.
+
+        An empty list means the store is sound. The FTS index is compared through its
+        `docsize` shadow table: a scan of an external-content FTS5 table reads the
+        content table, so counting it proves nothing.
+        """
+        problems = [f"sqlite: {r[0]}" for r in self._read("PRAGMA integrity_check") if r[0] != "ok"]
         try:
             self._read("INSERT INTO items_fts (items_fts, rank) VALUES ('integrity-check', 1)")
         except StoreError as exc:
-            problems.append(f"fts: {exc}")
-        n_items = self.count()
-        n_fts = self._read("SELECT count(*) FROM items_fts")[0][0]
-        if n_fts != n_items:
-            problems.append(f"{n_items} items but {n_fts} FTS rows")
+            problems.append(f"fts integrity-check: {exc}")
+        checks = [
+            ("FTS rows without an item",
+             "SELECT count(*) FROM items_fts_docsize WHERE id NOT IN (SELECT rowid FROM items)"),
+            ("items without an FTS row",
+             "SELECT count(*) FROM items WHERE rowid NOT IN (SELECT id FROM items_fts_docsize)"),
+        ]
         if self.vector_dim() is not None:
-            orphans = self._read(
-                "SELECT count(*) FROM vec_items WHERE rowid NOT IN (SELECT rowid FROM items)")[0][0]
-            if orphans:
-                problems.append(f"{orphans} vectors without an item")
-            missing = self._read(
-                "SELECT count(*) FROM items WHERE embedded_hash IS NOT NULL "
-                "AND rowid NOT IN (SELECT rowid FROM vec_items)")[0][0]
-            if missing:
-                problems.append(f"{missing} items marked embedded without a vector")
+            checks += [
+                ("vectors without an item",
+                 "SELECT count(*) FROM vec_items WHERE rowid NOT IN (SELECT rowid FROM items)"),
+                ("items marked embedded without a vector",
+                 "SELECT count(*) FROM items WHERE embedded_hash IS NOT NULL "
+                 "AND rowid NOT IN (SELECT rowid FROM vec_items)"),
+                ("vectors of items not marked embedded",
+                 "SELECT count(*) FROM items WHERE embedded_hash IS NULL "
+                 "AND rowid IN (SELECT rowid FROM vec_items)"),
+            ]
+        for label, sql in checks:
+            try:
+                n = int(self._read(sql)[0][0])
+            except StoreError as exc:
+                problems.append(f"{label}: {exc}")
+                continue
+            if n:
+                problems.append(f"{n} {label}")
         return problems
 
 
