@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -140,31 +140,6 @@ def add(ctx: Context, /, text: str, item_id: str | None, metadata: str | None, r
     emit(ctx, {"id": new_id}, lambda: click.echo(new_id))
 
 
-def read_jsonl(path: Path, skip_bad: bool, errors: list[str]) -> Iterator[dict[str, Any]]:
-    """Items from a JSONL file (our fields, or BEIR's `_id`). Gzip is read transparently."""
-    import gzip
-
-    opener: Any = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw.decode("utf-8"))
-                if not isinstance(obj, dict):
-                    raise InvalidInputError("not a JSON object")
-                if "_id" in obj:
-                    obj["id"] = str(obj.pop("_id"))
-                if obj.get("metadata") is not None and not isinstance(obj["metadata"], dict):
-                    raise InvalidInputError("metadata is not a JSON object")
-                yield obj
-            except (UnicodeDecodeError, json.JSONDecodeError, InvalidInputError) as exc:
-                message = f"{path}:{number}: {exc}"
-                if not skip_bad:
-                    raise InvalidInputError(message) from exc
-                errors.append(message)
-
-
 @cli.command(name="import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--corpus", help="Put every item in this corpus (overrides the file's).")
@@ -173,41 +148,25 @@ def read_jsonl(path: Path, skip_bad: bool, errors: list[str]) -> Iterator[dict[s
 @pass_ctx
 @handle_errors
 def import_(ctx: Context, file: Path, corpus: str | None, batch_size: int, skip_bad: bool) -> None:
-    """Import items from a JSONL file (one item per line; replaces items with the same id)."""
+    """Import items from a JSONL file: an `export`, or one item per line (BEIR's `_id` works).
+
+    Replaces items with the same id. Every line is checked first and a bad one stops
+    the import before anything is written, unless --skip-bad. Vectors in an export
+    are kept when it comes from the model this store uses.
+    """
+    from . import transfer
+
     kb = ctx.kb()
-    errors: list[str] = []
-    total = 0
     with progress_bar(None, "importing") as bar:
-        batch: list[dict[str, Any]] = []
-
-        def flush() -> None:
-            nonlocal total
-            if not batch:
-                return
-            try:
-                total += len(kb.upsert_many(batch, batch_size=batch_size))
-            except InvalidInputError:
-                if not skip_bad:
-                    raise
-                for one in batch:  # find the bad ones, keep the rest
-                    try:
-                        total += len(kb.upsert_many([one]))
-                    except InvalidInputError as exc:
-                        errors.append(str(exc))
-            bar.update(len(batch))
-            batch.clear()
-
-        for obj in read_jsonl(file, skip_bad, errors):
-            if corpus:
-                obj["corpus"] = corpus
-            batch.append(obj)
-            if len(batch) >= batch_size:
-                flush()
-        flush()
-    for message in errors[:20]:
+        report = transfer.import_file(kb, file, batch_size=batch_size, skip_bad=skip_bad,
+                                      corpus=corpus, progress=bar.update)
+    for message in report.skipped[:20]:
         click.echo(f"skipped: {message}", err=True)
-    emit(ctx, {"imported": total, "skipped": len(errors)},
-         lambda: click.echo(f"imported {total} items" + (f", skipped {len(errors)}" if errors else "")))
+    for note in report.notes:
+        click.echo(f"note: {note}", err=True)
+    total, skipped = report.imported, len(report.skipped)
+    emit(ctx, {"imported": total, "skipped": skipped},
+         lambda: click.echo(f"imported {total} items" + (f", skipped {skipped}" if skipped else "")))
 
 
 def format_hits(result: SearchResult, explain: bool) -> str:
@@ -329,9 +288,15 @@ def purge(ctx: Context) -> None:
 @pass_ctx
 @handle_errors
 def reembed(ctx: Context, batch_size: int) -> None:
-    """Embed items that lack a vector from the current model (resumable)."""
+    """Give every item a vector from --embedder, switching the store to it when done.
+
+    New vectors are written beside the old ones in batches; the store keeps its old
+    model (and its vector search) until all are ready. Resumable: after a crash, run
+    it again with the same --embedder. Also embeds items that lack a vector.
+    """
     kb = ctx.kb()
-    with progress_bar(None, "embedding") as bar:
+    todo = kb.count() if not kb.has_vectors else kb.stats()["items_without_vectors"]
+    with progress_bar(todo, "embedding") as bar:
         n = kb.reembed(batch_size=batch_size, progress=bar.update)
     emit(ctx, {"embedded": n, "embedder": kb.embedder_name},
          lambda: click.echo(f"embedded {n} items with {kb.embedder_name}"))
@@ -376,6 +341,8 @@ def demo(ctx: Context, query: str, limit: int) -> None:
 @click.option("--ignore-identical-ids", is_flag=True, help="Drop a hit whose id is the query's id.")
 @click.option("--scope-by", metavar="KEY", help="Limit each query to items sharing the query's "
               "metadata.KEY value (a metadata filter inside each retriever).")
+@click.option("--depth", type=int, help="Candidates per retriever (default: what search picks "
+              "for 100 hits); the default row always keeps the search default.")
 @click.option("--db", "target", help="Index into this store instead of a temporary SQLite file.")
 @click.option("--no-default-row", is_flag=True, help="Skip the row run with search defaults.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write cached embeddings.")
@@ -388,8 +355,8 @@ def demo(ctx: Context, query: str, limit: int) -> None:
 def eval_(ctx: Context, dataset: str, split: str, modes: tuple[str, ...], fusions: tuple[str, ...],
           weights: tuple[str, ...], rrf_ks: tuple[str, ...], bm25: tuple[str, ...],
           max_queries: int | None, ignore_identical_ids: bool, scope_by: str | None,
-          target: str | None, no_default_row: bool, no_cache: bool, output: Path | None,
-          as_json: bool) -> None:
+          depth: int | None, target: str | None, no_default_row: bool, no_cache: bool,
+          output: Path | None, as_json: bool) -> None:
     """Measure nDCG@10, Recall@100, MRR@10 and latency on a BEIR dataset, per mode and fusion.
 
     Embeddings are cached in $HYBRIDKB_CACHE (default ~/.cache/hybridkb/embeddings).
@@ -410,7 +377,7 @@ def eval_(ctx: Context, dataset: str, split: str, modes: tuple[str, ...], fusion
         rrf_ks=ks or defaults.rrf_ks,
         bm25_weights=runner.parse_pairs(bm25, "--bm25-weights") or defaults.bm25_weights,
         split=split, max_queries=max_queries, ignore_identical_ids=ignore_identical_ids,
-        scope_by=scope_by, db=target, default_row=not no_default_row)
+        scope_by=scope_by, depth=depth, db=target, default_row=not no_default_row)
     needs_model = any(m != "fts" for m in options.modes)
     model = get_embedder(ctx.embedder) if needs_model else None
     report = runner.evaluate(dataset, model, options, cache=None if no_cache else EmbeddingCache(),
@@ -457,6 +424,124 @@ def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None,
         click.echo(f"bearer token for this run: {token}", err=True)
     assert token is not None
     mcp_server.run_http(server, host=host, port=port, token=token)
+
+
+@cli.command(name="index")
+@click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--corpus", required=True, help="The corpus that mirrors PATH (chunks of gone files "
+              "are removed from it).")
+@click.option("--include", "includes", multiple=True, metavar="GLOB",
+              help="Only files matching this gitignore-style glob (repeatable).")
+@click.option("--exclude", "excludes", multiple=True, metavar="GLOB",
+              help="Skip files and folders matching this gitignore-style glob (repeatable).")
+@pass_ctx
+@handle_errors
+def index_(ctx: Context, path: Path, corpus: str, includes: tuple[str, ...],
+           excludes: tuple[str, ...]) -> None:
+    """Index a folder's Markdown, text and source files; a re-run touches only what changed.
+
+    Respects .gitignore; skips binary files and files over 1 MB.
+    """
+    from .ingest import index_folder
+
+    summary = index_folder(ctx.kb(), path, corpus, include=includes, exclude=excludes,
+                           progress=progress_bar)
+
+    def human() -> None:
+        for skipped in summary.skipped[:20]:
+            click.echo(f"skipped: {skipped.path}: {skipped.reason}", err=True)
+        if len(summary.skipped) > 20:
+            click.echo(f"skipped: ... and {len(summary.skipped) - 20} more", err=True)
+        for warning in summary.warnings[:20]:
+            click.echo(f"warning: {warning}", err=True)
+        click.echo(summary.line())
+
+    emit(ctx, summary.to_dict(), human)
+
+
+def _require_store(db: str) -> None:
+    """Reading commands do not create a store where there is none."""
+    if "://" not in db and db != ":memory:" and not Path(db).expanduser().exists():
+        raise InvalidInputError(f"no store at {db!r} (set --db or HYBRIDKB_DB)")
+
+
+@cli.command(name="export")
+@click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--vectors", is_flag=True,
+              help="Include each item's vector; an import into a store of the same model then "
+                   "skips embedding.")
+@click.option("--corpus", "corpora", multiple=True, help="Only this corpus (repeatable).")
+@pass_ctx
+@handle_errors
+def export_(ctx: Context, file: Path | None, vectors: bool, corpora: tuple[str, ...]) -> None:
+    """Write every item as JSON Lines to FILE (.gz compresses) or stdout.
+
+    Every field is kept: metadata, timestamps (epoch seconds), access counts, expiry,
+    stale flags; vectors with --vectors. `hybridkb import FILE` reads it back.
+    """
+    import gzip
+    import tempfile
+
+    from . import transfer
+
+    _require_store(ctx.db)
+    ctx.embedder = None  # reading needs no model
+    kb = ctx.kb()
+    if file is None or str(file) == "-":
+        with progress_bar(kb.count(), "exporting") as bar:
+            n = transfer.write_export(kb, sys.stdout, vectors=vectors, corpora=corpora or None,
+                                      progress=bar.update)
+        sys.stdout.flush()
+        click.echo(json.dumps({"exported": n}) if ctx.as_json else f"exported {n} items", err=True)
+        return
+    # written beside the target and renamed at the end: an interrupted export leaves no
+    # truncated file that looks complete
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{file.name}.", dir=file.resolve().parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        opener: Any = gzip.open if file.suffix == ".gz" else open
+        with opener(tmp, "wt", encoding="utf-8") as out, progress_bar(kb.count(), "exporting") as bar:
+            n = transfer.write_export(kb, out, vectors=vectors, corpora=corpora or None,
+                                      progress=bar.update)
+        tmp.replace(file)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    emit(ctx, {"exported": n, "file": str(file)}, lambda: click.echo(f"exported {n} items to {file}"))
+
+
+@cli.command()
+@click.option("--to", "target", required=True, metavar="TARGET",
+              help="The new, empty store: a postgresql:// URL (or a SQLite file path).")
+@click.option("--batch-size", default=256, show_default=True)
+@click.option("--no-vectors", is_flag=True,
+              help="Embed the text again in the target instead of copying the vectors.")
+@pass_ctx
+@handle_errors
+def migrate(ctx: Context, target: str, batch_size: int, no_vectors: bool) -> None:
+    """Copy this store (--db) into an empty new one, e.g. from SQLite to PostgreSQL.
+
+    Items keep every field; vectors are copied (nothing is re-embedded) when both
+    stores use --embedder's model. The source is left unchanged.
+    """
+    from . import transfer
+
+    _require_store(ctx.db)
+    source = ctx.kb()
+    dest = open_kb(target, embedder=ctx.embedder)
+    try:
+        with progress_bar(source.count(), "migrating") as bar:
+            report = transfer.migrate(source, dest, vectors=not no_vectors, batch_size=batch_size,
+                                      progress=bar.update)
+        count = dest.count()
+    finally:
+        dest.close()
+    for note in report.notes:
+        click.echo(f"note: {note}", err=True)
+    emit(ctx, {"migrated": report.imported, "target": target, "target_items": count,
+               "notes": report.notes},
+         lambda: click.echo(f"migrated {report.imported} items to {target}"))
 
 
 def main() -> None:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import csv
 import gzip
 import hashlib
+import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from ..errors import InvalidInputError
 
@@ -63,8 +64,10 @@ def _find(folder: Path, stem: str) -> Path:
     raise InvalidInputError(f"{folder} has no {stem}.jsonl or {stem}.jsonl.gz")
 
 
-def _open(path: Path) -> IO[bytes]:
-    return gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
+def _open(path: Path) -> gzip.GzipFile | io.BufferedReader:
+    if path.suffix == ".gz":
+        return gzip.open(path, "rb")
+    return path.open("rb")
 
 
 def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
@@ -123,7 +126,8 @@ def load_qrels(path: Path) -> Qrels:
             try:
                 score = int(float(row[2]))
             except ValueError as exc:
-                raise InvalidInputError(f"{path}:{number}: score {row[2]!r} is not a number") from exc
+                raise InvalidInputError(
+                    f"{path}:{number}: score {row[2]!r} is not a number") from exc
             qrels.setdefault(row[0], {})[row[1]] = score
     return qrels
 

@@ -86,7 +86,7 @@ class EmbeddingCache:
         if (stored_ids != list(ids) or matrix.shape != (len(ids), dim)
                 or matrix.dtype != np.float32 or not np.all(np.isfinite(matrix))):
             return None
-        return matrix
+        return np.asarray(matrix, dtype=np.float32)
 
     def save(self, path: Path, ids: Sequence[str], vectors: Vectors) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

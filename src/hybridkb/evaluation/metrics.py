@@ -34,7 +34,8 @@ def ndcg_at_k(ranked: Sequence[str], judged: Judgments, k: int = 10) -> float:
     ideal = sum(g / math.log2(i + 2) for i, g in enumerate(gains))
     if ideal == 0:
         return 0.0
-    dcg = sum(max(judged.get(doc, 0), 0) / math.log2(i + 2) for i, doc in enumerate(_first(ranked, k)))
+    top = _first(ranked, k)
+    dcg = sum(max(judged.get(doc, 0), 0) / math.log2(i + 2) for i, doc in enumerate(top))
     return dcg / ideal
 
 
