@@ -23,7 +23,7 @@ def source_label(
         fields.update(corpus=corpus, kind=kind or "", title=title or "", id=item_id)
         try:
             return template.format_map(fields)
-        except (ValueError, IndexError, AttributeError):
+        except (ValueError, IndexError, AttributeError, TypeError, KeyError):
             pass  # a broken template falls back to the default label
     if kind in _MEMORY_KINDS:
         return f"[memory: {kind}]"
