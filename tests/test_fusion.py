@@ -3,7 +3,7 @@ import math
 import pytest
 
 from hybridkb.errors import InvalidInputError
-from hybridkb.fusion import convex, dbsf, fuse, rrf
+from hybridkb.fusion import best_possible, convex, dbsf, fuse, rrf
 
 
 def test_seed_example_exact() -> None:
@@ -96,3 +96,23 @@ def test_dbsf_score_gap_matters_where_rrf_sees_only_ranks() -> None:
 def test_unknown_fusion() -> None:
     with pytest.raises(InvalidInputError, match="unknown fusion"):
         fuse("nope", [[("a", 1.0)]])
+
+
+def test_best_possible_is_an_item_first_everywhere() -> None:
+    l1 = [("a", 9.0), ("b", 3.0), ("c", 1.0)]
+    l2 = [("b", 0.8), ("c", 0.5), ("a", 0.1)]
+    for method in ("rrf", "convex", "dbsf"):
+        best = best_possible(method, [l1, l2], weights=[0.6, 0.4])
+        top = fuse(method, [l1, l2], weights=[0.6, 0.4])[0][1]
+        assert top <= best + 1e-12
+        # An extra item ranked first in both lists reaches exactly the bound.
+        lifted = [[("z", 10.0), *l1], [("z", 0.9), *l2]]
+        assert fuse(method, lifted, weights=[0.6, 0.4])[0] == (
+            "z", pytest.approx(best_possible(method, lifted, weights=[0.6, 0.4])))
+    assert best_possible("rrf", [l1, []]) == pytest.approx(1 / 61)
+
+
+def test_dbsf_default_weights_favour_keywords_on_disagreement() -> None:
+    fts = [("kw", 12.0), ("x1", 4.0), ("x2", 3.5), ("x3", 3.0)]
+    vec = [("sem", 0.62), ("x1", 0.60), ("x2", 0.58), ("kw", 0.40)]
+    assert fuse("dbsf", [fts, vec], weights=[0.6, 0.4])[0][0] == "kw"

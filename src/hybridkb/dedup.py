@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 DEFAULT_THRESHOLD = 0.90
+_ALL_PAIRS_UP_TO = 64  # below this, sorting tokens for prefix filtering costs more than it saves
 _WORD = re.compile(r"\w+")
 
 
@@ -50,6 +51,8 @@ def collapse(
         if doc_id not in seen:
             seen.add(doc_id)
             docs.append((doc_id, tokens(text)))
+    if len(docs) <= _ALL_PAIRS_UP_TO:
+        return _collapse_all_pairs(docs, threshold)
     freq = Counter(tok for _, toks in docs for tok in toks)
 
     kept: list[str] = []
@@ -78,6 +81,24 @@ def collapse(
         kept.append(doc_id)
         kept_sets.append(toks)
     return kept, absorbed
+
+
+def _collapse_all_pairs(
+    docs: list[tuple[str, frozenset[str]]], threshold: float,
+) -> tuple[list[str], dict[str, list[str]]]:
+    """Short lists: compare each doc with every kept one whose size could qualify."""
+    kept: list[tuple[str, frozenset[str]]] = []
+    absorbed: dict[str, list[str]] = {}
+    for doc_id, toks in docs:
+        n = len(toks)
+        match = next((kid for kid, other in kept
+                      if threshold * max(n, len(other)) <= min(n, len(other)) + 1e-9
+                      and jaccard(toks, other) >= threshold), None)
+        if match is None:
+            kept.append((doc_id, toks))
+        else:
+            absorbed.setdefault(match, []).append(doc_id)
+    return [d for d, _ in kept], absorbed
 
 
 def collapse_by_vectors(

@@ -124,3 +124,16 @@ def fuse(
     if method == "dbsf":
         return dbsf(lists, weights=weights)
     raise InvalidInputError(f"unknown fusion {method!r}; choose one of {', '.join(FUSIONS)}")
+
+
+def best_possible(
+    method: str, lists: Sequence[Scored], *, weights: Sequence[float] | None = None,
+    k: float = RRF_K,
+) -> float:
+    """The fused score of an item ranked first in every list: what `min_score` divides by."""
+    ws = _check_weights(len(lists), weights)
+    present = [(w, _first_occurrences(scored)) for w, scored in zip(ws, lists, strict=True) if scored]
+    if method == "rrf":
+        return sum(w for w, _ in present) / (k + 1)
+    normalize = _minmax if method == "convex" else _distribution
+    return sum(w * normalize(scored)[scored[0][0]] for w, scored in present if scored)

@@ -23,13 +23,24 @@ from .scoring import ScorePolicy, apply
 
 # Each retriever returns max(MIN_DEPTH, offset + limit) candidates. A depth that does
 # not grow with `limit` keeps score-aware fusions (whose normalization depends on the
-# list) giving the same top 10 whether a caller asks for 10 hits or 100.
-MIN_DEPTH = 100
+# list) giving the same top 10 whether a caller asks for 10 hits or 100. Deep lists
+# give DBSF's mean and deviation a stable footing (see docs/benchmarks.md).
+MIN_DEPTH = 300
+# Only heads are read back from the store: near-duplicates are collapsed in the first
+# max(DEDUP_HEAD, 2 * (offset + limit)) entries of each list, and the score policy
+# reorders the first max(POOL, 3 * (offset + limit)) fused candidates.
+DEDUP_HEAD = 20
+POOL = 50
+
+
+def _heads(plan: SearchPlan) -> tuple[int, int]:
+    wanted = plan.offset + plan.limit
+    return max(DEDUP_HEAD, 2 * wanted), max(POOL, 3 * wanted)
 
 # The default fusion and weights (fts, vector), chosen by the evaluation harness:
 # see docs/benchmarks.md for the measurements behind them.
-DEFAULT_FUSION = "rrf"
-DEFAULT_WEIGHTS = (1.0, 1.0)
+DEFAULT_FUSION = "dbsf"
+DEFAULT_WEIGHTS = (0.6, 0.4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,13 +90,6 @@ class SearchPlan:
             return self.depth
         return min(4096, max(MIN_DEPTH, self.offset + self.limit))
 
-    def max_fused(self, n_lists: int) -> float:
-        """The highest fused score possible, for normalizing `min_score`."""
-        w = self.weights if n_lists == 2 else (max(self.weights),)
-        if self.fusion == "rrf":
-            return sum(w) / (self.rrf_k + 1)
-        return sum(w)
-
 
 @dataclass(slots=True)
 class _Candidate:
@@ -132,15 +136,17 @@ def run(
             lists[corpus] = {"substring": backend.substring_search(words, scope, depth)}
         answered = "substring" if any(lists[c]["substring"] for c in corpora) else "none"
 
-    all_ids = {doc for per in lists.values() for scored in per.values() for doc, _ in scored}
-    items = {it.id: it for it in backend.get(sorted(all_ids), include_expired=True, now=now)
-             if it.id is not None}
+    head, pool = _heads(plan)
+    items: dict[str, Item] = {}
+    _fetch(backend, items, {d for per in lists.values() for sc in per.values() for d, _ in sc[:head]},
+           now)
 
     vectors = backend.vectors_for(sorted(items)) if plan.dedup_cosine is not None else {}
     candidates: dict[str, _Candidate] = {}
+    best: dict[str, float] = {}
     per_corpus_ranked: list[list[str]] = []
     for corpus in corpora:
-        fused = _fuse_corpus(plan, lists[corpus], items, vectors, candidates, corpus)
+        fused = _fuse_corpus(plan, lists[corpus], items, vectors, candidates, corpus, best)
         per_corpus_ranked.append(fused)
 
     if len(per_corpus_ranked) > 1:
@@ -151,8 +157,11 @@ def run(
         max_score = 1.0 * len(per_corpus_ranked) / (plan.rrf_k + 1)
     else:
         order = per_corpus_ranked[0] if per_corpus_ranked else []
-        max_score = plan.max_fused(sum(1 for s in lists[corpora[0]].values() if s)) if corpora else 1.0
+        max_score = best.get(corpora[0], 0.0) if corpora else 0.0
 
+    order = order[:pool]
+    _fetch(backend, items, set(order), now)
+    order = [doc for doc in order if doc in items]  # gone since retrieval: deleted meanwhile
     if len(per_corpus_ranked) > 1:
         order, absorbed = _collapse(plan, order, items, vectors)
         for survivor, others in absorbed.items():
@@ -161,14 +170,24 @@ def run(
                 alt.extend(a for a in [other, *candidates[other].alternates] if a not in alt)
 
     if plan.min_score is not None:
-        order = [d for d in order if candidates[d].fused / max_score >= plan.min_score - 1e-12]
+        order = [d for d in order
+                 if max_score > 0 and candidates[d].fused / max_score >= plan.min_score - 1e-12]
 
-    hits = [_hit(doc, candidates[doc], items, plan.policy, now, labels) for doc in order
-            if doc in items]
-    hits.sort(key=lambda h: (-h.score, h.id))
-    page = hits[plan.offset : plan.offset + plan.limit]
+    # Rank the head by its final score; only the page becomes Hit objects.
+    ranked = sorted(order,
+                    key=lambda doc: (-_score(candidates[doc], items[doc], plan.policy, now), doc))
+    page = [_hit(doc, candidates[doc], items, plan.policy, now, labels)
+            for doc in ranked[plan.offset : plan.offset + plan.limit]]
     return SearchResult(hits=page, answered_by=answered, mode=plan.mode, query=plan.query,
                         notes=result_notes)
+
+
+def _fetch(backend: Backend, items: dict[str, Item], ids: set[str], now: float) -> None:
+    """Read the items not read yet (one query); ids that no longer exist stay absent."""
+    missing = sorted(ids.difference(items))
+    if missing:
+        items.update((it.id, it) for it in backend.get(missing, include_expired=True, now=now)
+                     if it.id is not None)
 
 
 def _answered_by(lists: dict[str, dict[str, ScoredIds]]) -> str:
@@ -183,13 +202,16 @@ def _answered_by(lists: dict[str, dict[str, ScoredIds]]) -> str:
 def _fuse_corpus(
     plan: SearchPlan, per: dict[str, ScoredIds], items: dict[str, Item],
     vectors: dict[str, Vector], candidates: dict[str, _Candidate], corpus: str,
+    best: dict[str, float],
 ) -> list[str]:
     names, scored_lists, weights = [], [], []
+    head, _ = _heads(plan)
     for name, scored in per.items():
-        scored = [(d, s) for d, s in scored if d in items]
-        kept, alternates = _collapse(plan, [d for d, _ in scored], items, vectors)
+        # Collapse duplicates in the head (read from the store); the tail only informs fusion.
+        top = [d for d, _ in scored[:head] if d in items]
+        kept, alternates = _collapse(plan, top, items, vectors)
         keep = set(kept)
-        scored = [(d, s) for d, s in scored if d in keep]
+        scored = [(d, s) for d, s in scored[:head] if d in keep] + list(scored[head:])
         names.append(name)
         scored_lists.append(scored)
         weights.append(plan.weights[1] if name == "vector" else plan.weights[0])
@@ -203,7 +225,9 @@ def _fuse_corpus(
     if not present:
         return []
     fused = fusion_lib.fuse(plan.fusion, [scored_lists[i] for i in present],
-                        weights=[weights[i] for i in present], k=plan.rrf_k)
+                            weights=[weights[i] for i in present], k=plan.rrf_k)
+    best[corpus] = fusion_lib.best_possible(plan.fusion, [scored_lists[i] for i in present],
+                                            weights=[weights[i] for i in present], k=plan.rrf_k)
     for doc, score in fused:
         candidates[doc].fused = score
     return [doc for doc, _ in fused]
@@ -223,6 +247,12 @@ def _collapse(
             for other in others:
                 merged.extend([other, *absorbed.pop(other, [])])
     return order, absorbed
+
+
+def _score(cand: _Candidate, item: Item, policy: ScorePolicy, now: float) -> float:
+    """The final score, as `_hit` computes it."""
+    return apply(cand.fused, policy.factors(kind=item.kind, access_count=item.access_count,
+                                            created_at=item.created_at, now=now))
 
 
 def _hit(

@@ -31,7 +31,7 @@ from .vector_index import VectorIndex
 
 BUSY_TIMEOUT_S = 30.0
 # FTS5 bm25() column weights (title, text). Chosen by the evaluation harness.
-DEFAULT_BM25_WEIGHTS = (1.0, 1.0)
+DEFAULT_BM25_WEIGHTS = (2.0, 1.0)
 _MAX_VARS = 500  # stay under SQLITE_MAX_VARIABLE_NUMBER on old builds
 # text_search fetches this many best-scored FTS rows per wanted row (divided by the
 # corpus's share of the store) before filtering them; past the cap it filters in SQL.
