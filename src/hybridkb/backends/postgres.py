@@ -1,0 +1,663 @@
+"""The server backend: PostgreSQL, tsvector/GIN for BM25 and pgvector/HNSW for vectors.
+
+One store per database. Items carry a generated, weighted `tsvector` (title 'A', text 'B');
+their vectors live in `item_vectors` (created when the embedding dimension is first known),
+joined by rowid and deleted with the item (ON DELETE CASCADE). Every write is one
+transaction. Full-text ranking is BM25 computed in SQL (see postgres_sql.py); vector search
+is cosine KNN through an HNSW index with pgvector's iterative scan, filters inside the query.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import numpy as np
+
+from ..errors import (
+    BackendUnavailableError,
+    DimensionMismatchError,
+    InvalidInputError,
+    StoreError,
+)
+from ..model import Item
+from ..textquery import TextQuery
+from . import migrations
+from .base import Scope, ScoredIds, Vector
+
+try:
+    import psycopg
+    from pgvector.psycopg import register_vector
+    from psycopg import errors as pg_errors
+    from psycopg.conninfo import conninfo_to_dict
+    from psycopg_pool import ConnectionPool, PoolTimeout
+
+    from . import postgres_sql as q
+except ImportError as _exc:  # the optional extra is not installed
+    _IMPORT_ERROR: ImportError | None = _exc
+else:
+    _IMPORT_ERROR = None
+
+if TYPE_CHECKING:
+    from psycopg import Connection
+
+T = TypeVar("T")
+
+INSTALL_HINT = "pip install 'hybridkb[postgres]'"
+MIN_PGVECTOR = (0, 8, 0)  # iterative index scans (filtered KNN that still fills `limit`)
+CONNECT_TIMEOUT_S = 10
+# Below this many vectors a KNN query is an exact scan (about 15 ms for 10,000 384-d vectors,
+# and exact: the SQLite backend's answers); the write that crosses it builds the HNSW index
+# in one go, which is several times cheaper than inserting each of those rows into a live
+# graph (measured: 4 ms a row for 384-d vectors). 0 builds the index with the table.
+HNSW_MIN_ROWS = 10_000
+HNSW_MAX_DIM = 2000  # pgvector's limit for an HNSW index on `vector`
+DEFAULT_BM25_WEIGHTS = (2.0, 1.0)  # (title, text), as the SQLite backend (eval harness choice)
+_RETRIES = 3  # a write that loses a deadlock or serialization race is run again
+# A phrase of stopwords only becomes an empty tsquery, with a NOTICE per query.
+_QUIET = "SET client_min_messages = warning"
+_LOCK_MIGRATE = "hybridkb.migrate"
+_LOCK_VECTORS = "hybridkb.vectors"
+
+
+def _require_driver() -> None:
+    if _IMPORT_ERROR is not None:
+        raise BackendUnavailableError(
+            f"the PostgreSQL backend needs psycopg 3, psycopg_pool and pgvector: {INSTALL_HINT} "
+            f"({_IMPORT_ERROR})"
+        ) from _IMPORT_ERROR
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and `stats()`."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    netloc = f"{parts.username or ''}:***@{host}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def _row_to_item(row: Sequence[Any]) -> Item:
+    return Item(
+        id=row[0], corpus=row[1], title=row[2], text=row[3], kind=row[4], scope=row[5],
+        repo=row[6], namespace=row[7], source_url=row[8], metadata=row[9],
+        created_at=row[10], updated_at=row[11], expires_at=row[12], access_count=row[13],
+        last_accessed_at=row[14], stale=row[15],
+    )
+
+
+def _to_numpy(value: Any) -> Vector:
+    raw = value.to_numpy() if hasattr(value, "to_numpy") else value
+    return np.asarray(raw, dtype=np.float32)
+
+
+class PostgresBackend:
+    """A store in one PostgreSQL database, reached through a small connection pool.
+
+    Thread-safe: each call borrows a pooled connection for one statement or transaction.
+    """
+
+    def __init__(
+        self, url: str, *, bm25_weights: tuple[float, float] = DEFAULT_BM25_WEIGHTS,
+        ranking: str = "bm25", ts_normalization: int = 0, hnsw_min_rows: int = HNSW_MIN_ROWS,
+        pool_min_size: int = 1, pool_max_size: int = 8,
+        connect_timeout: float = CONNECT_TIMEOUT_S,
+    ) -> None:
+        _require_driver()
+        if ranking not in q.RANKINGS:
+            raise InvalidInputError(f"unknown ranking {ranking!r}; use one of {', '.join(q.RANKINGS)}")
+        if len(bm25_weights) != 2 or any(not (math.isfinite(w) and w >= 0) for w in bm25_weights):
+            raise InvalidInputError(f"bm25_weights must be two numbers >= 0, got {bm25_weights!r}")
+        self.url = redact(url)
+        self.bm25_weights = (float(bm25_weights[0]), float(bm25_weights[1]))
+        self.ranking = ranking
+        self.ts_normalization = int(ts_normalization)
+        self.hnsw_min_rows = int(hnsw_min_rows)
+        try:
+            in_url = conninfo_to_dict(url)
+        except psycopg.Error as exc:
+            reason = " ".join(str(exc).split())
+            raise InvalidInputError(f"not a valid PostgreSQL URL: {self.url}: {reason}") from None
+        self._connect_kwargs: dict[str, Any] = {"autocommit": True}
+        if "connect_timeout" not in in_url:  # the URL's own value wins
+            self._connect_kwargs["connect_timeout"] = max(1, math.ceil(connect_timeout))
+        conn = self._connect_direct(url)
+        try:
+            self._migrate(conn)
+        finally:
+            conn.close()
+        self._pool: ConnectionPool[Connection[Any]] = ConnectionPool(
+            url, kwargs=self._connect_kwargs, min_size=pool_min_size,
+            max_size=max(pool_min_size, pool_max_size), configure=self._configure,
+            timeout=connect_timeout, name="hybridkb", open=False,
+        )
+        try:
+            self._pool.open(wait=True, timeout=connect_timeout)
+        except PoolTimeout as exc:
+            self._pool.close()
+            raise BackendUnavailableError(
+                f"cannot open a connection pool to PostgreSQL at {self.url}: {exc}") from None
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _connect_direct(self, url: str) -> Connection[Any]:
+        try:
+            conn = psycopg.connect(url, **self._connect_kwargs)
+            conn.execute(_QUIET)
+            return conn
+        except psycopg.Error as exc:
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            raise BackendUnavailableError(
+                f"cannot connect to PostgreSQL at {self.url}: {reason}") from None
+
+    @staticmethod
+    def _configure(conn: Connection[Any]) -> None:
+        """Set up each pooled connection: quiet notices, the `vector` type adapted."""
+        conn.execute(_QUIET)
+        register_vector(conn)
+
+    def _migrate(self, conn: Connection[Any]) -> None:
+        """Apply pending migrations in one transaction, serialized by an advisory lock."""
+        try:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                             [_LOCK_MIGRATE])
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS schema_migrations (name text PRIMARY KEY, "
+                    "applied_at double precision NOT NULL DEFAULT extract(epoch FROM now()))")
+                done = {r[0] for r in conn.execute("SELECT name FROM schema_migrations")}
+                for name, script in migrations.load("postgres"):
+                    if name in done:
+                        continue
+                    conn.execute(script)  # several statements, no parameters
+                    conn.execute("INSERT INTO schema_migrations (name) VALUES (%s)", [name])
+            version = conn.execute(
+                "SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+        except (pg_errors.FeatureNotSupported, pg_errors.UndefinedFile,
+                pg_errors.InsufficientPrivilege) as exc:
+            raise BackendUnavailableError(
+                f"PostgreSQL at {self.url} cannot provide the pgvector extension "
+                f"(install pgvector >= 0.8 on the server, or have an administrator run "
+                f"CREATE EXTENSION vector): {exc}") from None
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot prepare the PostgreSQL store at {self.url}: {exc}") from exc
+        found = tuple(int(p) for p in str(version[0] if version else "0").split(".")[:3] if p.isdigit())
+        if found < MIN_PGVECTOR:
+            raise BackendUnavailableError(
+                f"PostgreSQL at {self.url} has pgvector {version[0] if version else 'none'}; "
+                f"hybridkb needs pgvector >= 0.8 (ALTER EXTENSION vector UPDATE)")
+
+    @contextmanager
+    def _connection(self) -> Iterator[Connection[Any]]:
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except PoolTimeout as exc:
+            raise BackendUnavailableError(f"no PostgreSQL connection for {self.url}: {exc}") from None
+        except psycopg.errors.UniqueViolation as exc:
+            raise InvalidInputError(f"an item with this id already exists: {exc}") from exc
+        except psycopg.DataError as exc:
+            raise InvalidInputError(f"PostgreSQL refused a value: {exc}") from exc
+        except psycopg.OperationalError as exc:
+            raise StoreError(f"PostgreSQL at {self.url} failed: {exc}") from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"query failed: {exc}") from exc
+
+    def _run(self, work: Callable[[Connection[Any]], T], *, write: bool) -> T:
+        """Run `work` on a pooled connection (in one transaction when it writes).
+
+        Run again, up to _RETRIES times, when that cannot have done anything twice: a read
+        whose connection turned out to be dead (the server restarted, an idle connection
+        was killed), a write whose connection died before its transaction began, or a write
+        that lost a deadlock or serialization race (rolled back by the server).
+        """
+        for attempt in range(_RETRIES):
+            used: Connection[Any] | None = None
+            began = False
+            try:
+                with self._connection() as conn:
+                    used = conn
+                    if not write:
+                        return work(conn)
+                    with conn.transaction():
+                        began = True
+                        return work(conn)
+            except StoreError as exc:
+                lost = used is not None and used.broken and not (write and began)
+                raced = write and isinstance(exc.__cause__, pg_errors.DeadlockDetected
+                                             | pg_errors.SerializationFailure)
+                if not (lost or raced) or attempt == _RETRIES - 1:
+                    raise
+                if lost:
+                    self._pool.check()  # drop every pooled connection that died with it
+        raise AssertionError("unreachable")
+
+    def _read(self, query: Any, params: Sequence[Any] = ()) -> list[Any]:
+        return self._run(lambda conn: conn.execute(query, params).fetchall(), write=False)
+
+    def _write(self, work: Callable[[Connection[Any]], T]) -> T:
+        return self._run(work, write=True)
+
+    def close(self) -> None:
+        self._pool.close()
+
+    # -- metadata -------------------------------------------------------------------------------
+
+    def get_meta(self, key: str) -> str | None:
+        rows = self._read("SELECT value FROM meta WHERE key = %s", [key])
+        return rows[0][0] if rows else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._write(lambda conn: conn.execute(q.SET_META, [key, value]))
+
+    @staticmethod
+    def _dim(conn: Connection[Any]) -> int | None:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'vector_dim'").fetchone()
+        return int(row[0]) if row else None
+
+    def vector_dim(self) -> int | None:
+        return self._run(self._dim, write=False)
+
+    def ensure_vector_storage(self, dim: int) -> None:
+        if not isinstance(dim, int) or dim < 1:
+            raise InvalidInputError(f"vector dimension must be a positive integer, got {dim!r}")
+
+        def work(conn: Connection[Any]) -> None:
+            self._lock(conn, _LOCK_VECTORS)  # two stores opening at once create it once
+            current = self._dim(conn)
+            if current == dim:
+                return
+            if current is not None:
+                raise DimensionMismatchError(f"store holds {current}-dimensional vectors, not {dim}")
+            conn.execute(q.create_vector_table(dim))
+            conn.execute("INSERT INTO meta (key, value) VALUES ('vector_dim', %s)", [str(dim)])
+            if self.hnsw_min_rows <= 0:
+                self._build_hnsw(conn, dim)
+
+        self._write(work)
+
+    def clear_vectors(self) -> None:
+        """Drop every vector (before re-embedding with a model of another dimension)."""
+        def work(conn: Connection[Any]) -> None:
+            self._lock(conn, _LOCK_VECTORS)
+            conn.execute("DROP TABLE IF EXISTS item_vectors")
+            conn.execute("DELETE FROM meta WHERE key = 'vector_dim'")
+            conn.execute("UPDATE items SET embedded_hash = NULL WHERE embedded_hash IS NOT NULL")
+
+        self._write(work)
+
+    # -- switching models: new vectors beside the old ones, swapped in at the end ---------------
+
+    @staticmethod
+    def _pending(conn: Connection[Any]) -> dict[str, str]:
+        return dict(conn.execute(
+            "SELECT key, value FROM meta WHERE key IN ('pending_embedder', 'pending_vector_dim')"
+        ).fetchall())
+
+    def begin_reembed(self, model_id: str, dim: int) -> None:
+        """Start (or resume, for the same model and dimension) filling the pending vectors."""
+        def work(conn: Connection[Any]) -> None:
+            self._lock(conn, _LOCK_VECTORS)
+            wanted = {"pending_embedder": model_id, "pending_vector_dim": str(int(dim))}
+            if self._pending(conn) == wanted and conn.execute(
+                    "SELECT to_regclass('item_vectors_pending') IS NOT NULL").fetchone() == (True,):
+                return
+            conn.execute("DROP TABLE IF EXISTS item_vectors_pending")
+            conn.execute(q.create_pending_table(dim))
+            conn.cursor().executemany(q.SET_META, list(wanted.items()))
+
+        self._write(work)
+
+    def pending_missing_ids(self, after: str, limit: int) -> list[str]:
+        """Ids (> `after`, in id order) without a pending vector for their current text."""
+        return [r[0] for r in self._read(
+            "SELECT i.id FROM items i LEFT JOIN item_vectors_pending p ON p.id = i.id "
+            "WHERE i.id > %s AND (p.id IS NULL OR p.content_hash <> i.content_hash) "
+            "ORDER BY i.id LIMIT %s", [after, limit])]
+
+    def write_pending_vectors(
+        self, ids: Sequence[str], vectors: Sequence[Vector], content_hashes: Sequence[str],
+    ) -> None:
+        def work(conn: Connection[Any]) -> None:
+            dim = self._pending(conn).get("pending_vector_dim")
+            if dim is None:
+                raise StoreError("no re-embedding is in progress")
+            for item_id, vec in zip(ids, vectors, strict=True):
+                if len(vec) != int(dim):
+                    raise DimensionMismatchError(f"item {item_id!r}: vector has {len(vec)} "
+                                                 f"dimensions, the new model has {dim}")
+            conn.execute(q.UPSERT_PENDING, [
+                list(ids), [np.asarray(v, dtype=np.float32) for v in vectors],
+                list(content_hashes)])
+
+        self._write(work)
+
+    def finish_reembed(self, model_id: str, dim: int) -> int:
+        """In one transaction: pending vectors replace the old ones, the store records the model.
+
+        Items whose text changed since their pending vector was computed (or that arrived
+        meanwhile) are left without a vector, for `ids_missing_vectors`. The HNSW index is
+        built once over the new vectors. Returns how many vectors were swapped in.
+        """
+        def work(conn: Connection[Any]) -> int:
+            self._lock(conn, _LOCK_VECTORS)
+            wanted = {"pending_embedder": model_id, "pending_vector_dim": str(int(dim))}
+            if self._pending(conn) != wanted:
+                raise StoreError(f"no re-embedding to {model_id!r} is in progress")
+            conn.execute("DROP TABLE IF EXISTS item_vectors")
+            conn.execute(q.create_vector_table(dim))
+            moved = conn.execute(q.MOVE_PENDING).rowcount
+            conn.execute(q.UNMARK_NOT_PENDING)
+            conn.execute(q.MARK_PENDING)
+            conn.execute("DROP TABLE item_vectors_pending")
+            conn.execute("DELETE FROM meta WHERE key IN ('pending_embedder', 'pending_vector_dim')")
+            conn.cursor().executemany(q.SET_META, [("embedder", model_id), ("vector_dim", str(int(dim)))])
+            if moved >= self.hnsw_min_rows:
+                self._build_hnsw(conn, dim)
+            return int(moved)
+
+        return self._write(work)
+
+    def cancel_reembed(self) -> None:
+        """Forget an unfinished re-embedding (its pending vectors are dropped)."""
+        def work(conn: Connection[Any]) -> None:
+            self._lock(conn, _LOCK_VECTORS)
+            conn.execute("DROP TABLE IF EXISTS item_vectors_pending")
+            conn.execute("DELETE FROM meta WHERE key IN ('pending_embedder', 'pending_vector_dim')")
+
+        self._write(work)
+
+    @staticmethod
+    def _lock(conn: Connection[Any], name: str) -> None:
+        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [name])
+
+    def _build_hnsw(self, conn: Connection[Any], dim: int) -> None:
+        if dim <= HNSW_MAX_DIM:
+            conn.execute(q.CREATE_HNSW)
+            # Fresh statistics, or the planner, still counting a handful of rows after a bulk
+            # load, prefers a scan and sort over the index it was just given.
+            conn.execute("ANALYZE items")
+            conn.execute("ANALYZE item_vectors")
+
+    @staticmethod
+    def _vector_state(conn: Connection[Any]) -> tuple[int | None, bool]:
+        """The vector dimension (None: no vectors yet) and whether the HNSW index exists."""
+        row = conn.execute(q.VECTOR_STATE).fetchone()
+        return (int(row[0]) if row and row[0] else None), bool(row and row[1])
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def upsert(
+        self, items: Sequence[Item], vectors: Sequence[Vector | None], content_hashes: Sequence[str],
+        *, replace: bool,
+    ) -> None:
+        if not items:
+            return
+        columns: list[list[Any]] = [[] for _ in range(18)]
+        for item, vec, chash in zip(items, vectors, content_hashes, strict=True):
+            values = (
+                item.id, item.corpus, item.title, item.text, item.kind, item.scope, item.repo,
+                item.namespace, item.source_url,
+                json.dumps(item.metadata, ensure_ascii=False, sort_keys=True),
+                item.created_at, item.updated_at, item.expires_at, item.access_count,
+                item.last_accessed_at, bool(item.stale), chash,
+                chash if vec is not None else None,
+            )
+            for column, value in zip(columns, values, strict=True):
+                column.append(value)
+        statement = q.UPSERT if replace else q.INSERT
+        with_vectors = [(item, vec) for item, vec in zip(items, vectors, strict=True)
+                        if vec is not None]
+
+        def work(conn: Connection[Any]) -> None:
+            dim, indexed = self._vector_state(conn)
+            for item, vec in with_vectors:
+                if dim is None or len(vec) != dim:
+                    raise DimensionMismatchError(
+                        f"item {item.id!r}: vector has {len(vec)} dimensions, store has {dim}")
+            build = self._prepare_vector_write(conn, dim, indexed, bool(with_vectors))
+            written = {r[1]: (r[0], r[2]) for r in conn.execute(statement, columns)}
+            if dim is None:
+                return
+            dropped = [rowid for item, vec in zip(items, vectors, strict=True)
+                       for rowid, kept in (written[item.id],) if vec is None and kept is None]
+            if dropped:
+                conn.execute("DELETE FROM item_vectors WHERE rowid = ANY(%s)", [dropped])
+            self._put_vectors(conn, [written[item.id][0] for item, _ in with_vectors],
+                              [vec for _, vec in with_vectors], dim, build)
+
+        self._write(work)
+
+    def _prepare_vector_write(self, conn: Connection[Any], dim: int | None, indexed: bool,
+                              any_vectors: bool) -> bool:
+        """Whether this write may have to build the HNSW index; if so, take the lock first.
+
+        Until the index exists, writers of vectors take turns (an advisory lock, taken
+        before any row is written so that no two of them wait on each other's rows).
+        """
+        build = dim is not None and any_vectors and not indexed
+        if build:
+            self._lock(conn, _LOCK_VECTORS)
+        return build
+
+    def _put_vectors(self, conn: Connection[Any], rowids: Sequence[int], vectors: Sequence[Vector],
+                     dim: int, build: bool) -> None:
+        if rowids:
+            conn.execute(q.UPSERT_VECTORS, [
+                list(rowids), [np.asarray(v, dtype=np.float32) for v in vectors]])
+        if build:
+            n = conn.execute("SELECT count(*) FROM item_vectors").fetchone()
+            if n is not None and n[0] >= self.hnsw_min_rows:
+                self._build_hnsw(conn, dim)
+
+    def write_vectors(
+        self, ids: Sequence[str], vectors: Sequence[Vector], content_hashes: Sequence[str],
+    ) -> int:
+        """Store vectors for items whose text still has the given hash; returns how many.
+
+        Only the vector and `embedded_hash` change: an item rewritten meanwhile keeps
+        its new text and gets no vector of its old one.
+        """
+        if not ids:
+            return 0
+        by_id = dict(zip(ids, vectors, strict=True))
+
+        def work(conn: Connection[Any]) -> int:
+            dim, indexed = self._vector_state(conn)
+            for item_id, vec in by_id.items():
+                if dim is None or len(vec) != dim:
+                    raise DimensionMismatchError(
+                        f"item {item_id!r}: vector has {len(vec)} dimensions, store has {dim}")
+            assert dim is not None
+            build = self._prepare_vector_write(conn, dim, indexed, True)
+            rows = conn.execute(q.MARK_EMBEDDED, [list(ids), list(content_hashes)]).fetchall()
+            self._put_vectors(conn, [r[0] for r in rows], [by_id[r[1]] for r in rows], dim, build)
+            return len(rows)
+
+        return self._write(work)
+
+    def delete(self, ids: Sequence[str]) -> int:
+        if not ids:
+            return 0
+        return self._write(lambda conn: conn.execute(
+            "DELETE FROM items WHERE id = ANY(%s)", [list(ids)]).rowcount)
+
+    def touch(self, ids: Sequence[str], now: float) -> None:
+        if not ids:
+            return
+        self._write(lambda conn: conn.execute(
+            "UPDATE items SET access_count = access_count + 1, last_accessed_at = %s "
+            "WHERE id = ANY(%s)", [now, list(ids)]))
+
+    def purge_expired(self, now: float) -> int:
+        return self._write(lambda conn: conn.execute(
+            "DELETE FROM items WHERE expires_at IS NOT NULL AND expires_at <= %s", [now]).rowcount)
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def get(self, ids: Sequence[str], *, include_expired: bool, now: float) -> list[Item]:
+        if not ids:
+            return []
+        rows = (self._read(q.SELECT_ITEMS, [list(ids)]) if include_expired
+                else self._read(q.SELECT_LIVE_ITEMS, [list(ids), now]))
+        found = {row[0]: _row_to_item(row) for row in rows}
+        return [found[i] for i in ids if i in found]
+
+    def existing_ids(self, ids: Sequence[str]) -> set[str]:
+        if not ids:
+            return set()
+        return {r[0] for r in self._read("SELECT id FROM items WHERE id = ANY(%s)", [list(ids)])}
+
+    def embedded_hashes(self, ids: Sequence[str]) -> dict[str, str]:
+        if not ids:
+            return {}
+        return dict(self._read(
+            "SELECT id, embedded_hash FROM items WHERE embedded_hash IS NOT NULL "
+            "AND id = ANY(%s)", [list(ids)]))
+
+    # Counts come from corpus_stats (exact: its triggers run in every write's transaction),
+    # a few rows per corpus, where count(*) would read an index of every item per search.
+
+    def count(self, corpus: str | None = None) -> int:
+        if corpus is None:
+            return int(self._read("SELECT coalesce(sum(n_docs), 0) FROM corpus_stats")[0][0])
+        return int(self._read(
+            "SELECT coalesce(sum(n_docs), 0) FROM corpus_stats WHERE corpus = %s", [corpus])[0][0])
+
+    def corpora(self) -> dict[str, int]:
+        return {corpus: int(n) for corpus, n in self._read(
+            "SELECT corpus, sum(n_docs) FROM corpus_stats GROUP BY corpus "
+            "HAVING sum(n_docs) > 0 ORDER BY corpus")}
+
+    def iter_items(self, batch_size: int = 500) -> Iterator[list[Item]]:
+        last = 0
+        while True:
+            rows = self._read(q.SELECT_ITEMS_AFTER, [last, batch_size])
+            if not rows:
+                return
+            last = rows[-1][0]
+            yield [_row_to_item(r[1:]) for r in rows]
+
+    def vectors_for(self, ids: Sequence[str]) -> dict[str, Vector]:
+        if not ids:
+            return {}
+
+        def work(conn: Connection[Any]) -> list[Any]:
+            if self._dim(conn) is None:
+                return []
+            return conn.execute(
+                "SELECT i.id, v.embedding FROM items i JOIN item_vectors v ON v.rowid = i.rowid "
+                "WHERE i.id = ANY(%s)", [list(ids)]).fetchall()
+
+        return {item_id: _to_numpy(vec) for item_id, vec in self._run(work, write=False)}
+
+    def ids_missing_vectors(self, limit: int) -> list[str]:
+        return [r[0] for r in self._read(
+            "SELECT id FROM items WHERE embedded_hash IS NULL OR embedded_hash <> content_hash "
+            "ORDER BY rowid LIMIT %s", [limit])]
+
+    # -- retrieval ------------------------------------------------------------------------------
+
+    def text_search(self, query: TextQuery, scope: Scope, limit: int) -> ScoredIds:
+        terms = [" ".join(term) for term in query.terms]
+        if not terms or limit <= 0:
+            return []
+        statement, params = q.text_search(
+            terms, scope, limit, ranking=self.ranking, weights=self.bm25_weights,
+            normalization=self.ts_normalization)
+        return [(r[0], float(r[1])) for r in self._read(statement, params)]
+
+    def substring_search(self, words: Sequence[str], scope: Scope, limit: int) -> ScoredIds:
+        if not words or limit <= 0:
+            return []
+        statement, params = q.substring_search(words, scope, limit)
+        return [(r[0], float(r[1])) for r in self._read(statement, params)]
+
+    def vector_search(self, vector: Vector, scope: Scope, limit: int) -> ScoredIds:
+        if limit <= 0:
+            return []
+        query = np.asarray(vector, dtype=np.float32).reshape(-1)
+
+        def work(conn: Connection[Any]) -> list[Any]:
+            dim, indexed = self._vector_state(conn)
+            if dim is None:
+                return []
+            if len(query) != dim:
+                raise DimensionMismatchError(
+                    f"query vector has {len(query)} dimensions, store has {dim}")
+            if not np.all(np.isfinite(query)) or not np.any(query):
+                return []
+            if not indexed:
+                # A small store: the exact scan is the fast plan, and ties fall as SQLite's.
+                statement, params = q.vector_search(query, scope, limit, exact=True)
+                return conn.execute(statement, params).fetchall()
+            rows = self._knn(conn, query, scope, limit)
+            if len(rows) < limit:
+                # The graph walk stopped early (hnsw.max_scan_tuples) on a selective filter:
+                # answer exactly instead, so `limit` rows come back whenever they exist.
+                statement, params = q.vector_search(query, scope, limit, exact=True)
+                rows = conn.execute(statement, params).fetchall()
+            return rows
+
+        return [(r[0], float(r[1])) for r in self._run(work, write=False)]
+
+    @staticmethod
+    def _knn(conn: Connection[Any], query: Vector, scope: Scope, limit: int,
+             explain: bool = False) -> list[Any]:
+        """The HNSW query, with its settings, in one round trip (a pipeline)."""
+        statement, params = q.vector_search(query, scope, limit, exact=False)
+        with conn.pipeline():
+            conn.execute(q.KNN_SETTINGS, [str(q.ef_search(limit))])
+            cursor = conn.execute(q.explain(statement) if explain else statement, params)
+        return cursor.fetchall()
+
+    def explain_vector_search(self, vector: Vector, scope: Scope, limit: int) -> str:
+        """EXPLAIN of the approximate KNN query (to check that the HNSW index is used)."""
+        query = np.asarray(vector, dtype=np.float32).reshape(-1)
+        rows = self._run(lambda conn: self._knn(conn, query, scope, limit, explain=True),
+                         write=False)
+        return "\n".join(r[0] for r in rows)
+
+    # -- maintenance ----------------------------------------------------------------------------
+
+    def integrity_problems(self) -> list[str]:
+        """Empty when sound: statistics, items and vectors agree; the HNSW index is usable.
+
+        (Items and their tsvectors cannot disagree: the tsvector is a generated column.)
+        """
+        return self._run(self._integrity_problems, write=False)
+
+    def _integrity_problems(self, conn: Connection[Any]) -> list[str]:
+        problems = [
+            f"corpus {corpus!r}: {n} items of total length {length}, but its statistics say "
+            f"{n_stats} and {length_stats}"
+            for corpus, n, n_stats, length, length_stats in conn.execute(q.STATS_CHECK)
+            if (n, length) != (n_stats, length_stats)]
+        dim, indexed = self._vector_state(conn)
+        if dim is None:
+            return problems
+        for label, check in q.VECTOR_CHECKS:
+            row = conn.execute(check).fetchone()
+            if row is not None and row[0]:
+                problems.append(f"{row[0]} {label}")
+        index = conn.execute(q.HNSW_VALID).fetchone()
+        if index is not None and not index[0]:
+            problems.append("the HNSW index is invalid (REINDEX INDEX item_vectors_hnsw)")
+        if not indexed and dim <= HNSW_MAX_DIM and self.hnsw_min_rows > 0:
+            row = conn.execute("SELECT count(*) FROM item_vectors").fetchone()
+            if row is not None and row[0] > self.hnsw_min_rows:
+                problems.append(f"{row[0]} vectors but no HNSW index")
+        return problems
+
+
+def open_postgres(url: str, **options: Any) -> PostgresBackend:
+    """Open (creating and migrating if needed) the store in the database at `url`."""
+    _require_driver()
+    return PostgresBackend(url, **options)

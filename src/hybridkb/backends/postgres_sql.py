@@ -1,0 +1,344 @@
+"""SQL of the PostgreSQL backend: statements, filters, BM25 and KNN queries.
+
+Composed with psycopg.sql: identifiers and numbers chosen by code go through
+`sql.Identifier` / `sql.Literal`; every value from a caller is a bound parameter (`%s`).
+
+Full-text ranking is Okapi BM25 as SQLite's FTS5 computes it (k1 = 1.2, b = 0.75, idf
+floored at 1e-6, one term per query phrase), from exact ingredients:
+- tf: how often the term's lexeme occurs in the document (`hybridkb_tf`, migration 001);
+  for a multi-word phrase, the least frequent of its lexemes in a document containing it;
+- df: the corpus's documents containing the term -- each of them matches the OR query, so
+  they are counted among the matching rows of the same query;
+- N and the average length: `corpus_stats`, kept exact by triggers. A document's length is
+  its number of distinct lexemes (`length(tsvector)`), which a tsvector knows for free.
+Statistics are per corpus (SQLite's span the whole file); expired and stale items count in
+them as in FTS5, while the filters decide which items come back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg import sql
+
+from .base import Scope, Vector
+
+RANKINGS = ("bm25", "ts_rank", "ts_rank_cd")
+BM25_K1 = 1.2
+BM25_B = 0.75
+EF_SEARCH_MIN = 40
+EF_SEARCH_MAX = 1000  # pgvector's bound; an iterative scan goes on past it when filtering
+
+_COLUMNS = (
+    "id", "corpus", "title", "text", "kind", "scope", "repo", "namespace", "source_url",
+    "metadata", "created_at", "updated_at", "expires_at", "access_count", "last_accessed_at",
+    "stale",
+)
+_TYPES = (
+    "text", "text", "text", "text", "text", "text", "text", "text", "text", "jsonb", "float8",
+    "float8", "float8", "bigint", "float8", "boolean", "text", "text",
+)
+_ITEM_COLUMNS = sql.SQL(", ").join(sql.Identifier(c) for c in _COLUMNS)
+
+SELECT_ITEMS = sql.SQL("SELECT {} FROM items WHERE id = ANY(%s)").format(_ITEM_COLUMNS)
+SELECT_LIVE_ITEMS = sql.SQL(
+    "SELECT {} FROM items WHERE id = ANY(%s) AND (expires_at IS NULL OR expires_at > %s)"
+).format(_ITEM_COLUMNS)
+SELECT_ITEMS_AFTER = sql.SQL(
+    "SELECT rowid, {} FROM items WHERE rowid > %s ORDER BY rowid LIMIT %s").format(_ITEM_COLUMNS)
+
+# One statement per batch: columns arrive as arrays and are unnested into rows, so the
+# statistics triggers run once per batch rather than once per item.
+_INSERT = (
+    "INSERT INTO items ({columns}, content_hash, embedded_hash) SELECT * FROM unnest({arrays}) "
+    "{conflict} RETURNING rowid, id, embedded_hash"
+)
+# An existing row keeps created_at, access_count and last_accessed_at, and keeps its vector
+# when the content hash is unchanged (the SQLite backend's rule).
+_ON_CONFLICT = (
+    "ON CONFLICT (id) DO UPDATE SET corpus = excluded.corpus, title = excluded.title, "
+    "text = excluded.text, kind = excluded.kind, scope = excluded.scope, "
+    "repo = excluded.repo, namespace = excluded.namespace, source_url = excluded.source_url, "
+    "metadata = excluded.metadata, updated_at = excluded.updated_at, "
+    "expires_at = excluded.expires_at, stale = excluded.stale, "
+    "content_hash = excluded.content_hash, "
+    "embedded_hash = CASE WHEN excluded.embedded_hash IS NOT NULL THEN excluded.embedded_hash "
+    "WHEN items.content_hash = excluded.content_hash THEN items.embedded_hash ELSE NULL END"
+)
+_ARRAYS = sql.SQL(", ").join(sql.SQL("%s::{}[]").format(sql.SQL(t)) for t in _TYPES)
+INSERT = sql.SQL(_INSERT).format(columns=_ITEM_COLUMNS, arrays=_ARRAYS, conflict=sql.SQL(""))
+UPSERT = sql.SQL(_INSERT).format(columns=_ITEM_COLUMNS, arrays=_ARRAYS,
+                                 conflict=sql.SQL(_ON_CONFLICT))
+
+UPSERT_VECTORS = sql.SQL(
+    "INSERT INTO item_vectors (rowid, embedding) SELECT * FROM unnest(%s::bigint[], %s::vector[]) "
+    "ON CONFLICT (rowid) DO UPDATE SET embedding = excluded.embedding")
+SET_META = sql.SQL(
+    "INSERT INTO meta (key, value) VALUES (%s, %s) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+# write_vectors: only items whose text still has the hash the vector was computed from.
+MARK_EMBEDDED = sql.SQL(
+    "UPDATE items SET embedded_hash = u.h FROM unnest(%s::text[], %s::text[]) AS u (id, h) "
+    "WHERE items.id = u.id AND items.content_hash = u.h RETURNING items.rowid, items.id")
+UPSERT_PENDING = sql.SQL(
+    "INSERT INTO item_vectors_pending (id, embedding, content_hash) "
+    "SELECT * FROM unnest(%s::text[], %s::vector[], %s::text[]) "
+    "ON CONFLICT (id) DO UPDATE SET embedding = excluded.embedding, "
+    "content_hash = excluded.content_hash")
+MOVE_PENDING = sql.SQL(
+    "INSERT INTO item_vectors (rowid, embedding) SELECT i.rowid, p.embedding "
+    "FROM item_vectors_pending p JOIN items i ON i.id = p.id AND i.content_hash = p.content_hash")
+UNMARK_NOT_PENDING = sql.SQL(
+    "UPDATE items SET embedded_hash = NULL WHERE embedded_hash IS NOT NULL AND NOT EXISTS "
+    "(SELECT 1 FROM item_vectors v WHERE v.rowid = items.rowid)")
+MARK_PENDING = sql.SQL(
+    "UPDATE items SET embedded_hash = content_hash FROM item_vectors v "
+    "WHERE v.rowid = items.rowid AND items.embedded_hash IS DISTINCT FROM items.content_hash")
+CREATE_HNSW = sql.SQL(
+    "CREATE INDEX IF NOT EXISTS item_vectors_hnsw ON item_vectors "
+    "USING hnsw (embedding vector_cosine_ops)")
+VECTOR_STATE = sql.SQL(
+    "SELECT (SELECT value FROM meta WHERE key = 'vector_dim'), "
+    "to_regclass('item_vectors_hnsw') IS NOT NULL")
+# Session settings of the pooled connection (they only steer HNSW scans), sent with each
+# KNN query: relaxed_order lets a filtered scan continue past ef_search until it has found
+# `limit` rows that pass the filter (pgvector >= 0.8).
+KNN_SETTINGS = sql.SQL(
+    "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false), "
+    "set_config('hnsw.ef_search', %s, false)")
+
+# Per corpus: items and their total length, against what corpus_stats says.
+STATS_CHECK = sql.SQL(
+    "SELECT corpus, coalesce(a.n, 0), coalesce(b.n, 0), coalesce(a.len, 0), coalesce(b.len, 0) "
+    "FROM (SELECT corpus, count(*) AS n, sum(length(tsv)) AS len FROM items GROUP BY corpus) a "
+    "FULL JOIN (SELECT corpus, sum(n_docs) AS n, sum(total_len) AS len FROM corpus_stats "
+    "GROUP BY corpus) b USING (corpus) ORDER BY corpus")
+VECTOR_CHECKS = (
+    ("vectors without an item", sql.SQL(
+        "SELECT count(*) FROM item_vectors v "
+        "WHERE NOT EXISTS (SELECT 1 FROM items i WHERE i.rowid = v.rowid)")),
+    ("items marked embedded without a vector", sql.SQL(
+        "SELECT count(*) FROM items i WHERE i.embedded_hash IS NOT NULL "
+        "AND NOT EXISTS (SELECT 1 FROM item_vectors v WHERE v.rowid = i.rowid)")),
+    ("vectors of items not marked embedded", sql.SQL(
+        "SELECT count(*) FROM items i JOIN item_vectors v ON v.rowid = i.rowid "
+        "WHERE i.embedded_hash IS NULL")),
+)
+HNSW_VALID = sql.SQL(
+    "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass('item_vectors_hnsw')")
+
+
+def create_vector_table(dim: int) -> sql.Composed:
+    return sql.SQL(
+        "CREATE TABLE item_vectors (rowid bigint PRIMARY KEY "
+        "REFERENCES items (rowid) ON DELETE CASCADE, embedding vector({}) NOT NULL)"
+    ).format(sql.Literal(int(dim)))
+
+
+def create_pending_table(dim: int) -> sql.Composed:
+    return sql.SQL(
+        "CREATE TABLE item_vectors_pending (id text PRIMARY KEY, "
+        "embedding vector({}) NOT NULL, content_hash text NOT NULL)").format(sql.Literal(int(dim)))
+
+
+def ef_search(limit: int) -> int:
+    return min(EF_SEARCH_MAX, max(EF_SEARCH_MIN, limit))
+
+
+def explain(statement: sql.Composed) -> sql.Composed:
+    return sql.Composed([sql.SQL("EXPLAIN "), statement])
+
+
+# -- filters ---------------------------------------------------------------------------------
+
+
+def _json_values(values: Sequence[Any]) -> list[str]:
+    """JSON forms a metadata value must equal to match, as SQLite's json_each compares.
+
+    SQLite reads JSON true/false as 1/0, so a filter True also matches 1 (and 1 matches
+    true); strings equal strings only, numbers equal numbers (1 == 1.0).
+    """
+    out: list[str] = []
+    for v in values:
+        out.append(json.dumps(v))
+        if isinstance(v, bool):
+            out.append(json.dumps(int(v)))
+        elif isinstance(v, int | float) and v in (0, 1):
+            out.append(json.dumps(bool(v)))
+    return out
+
+
+def filter_sql(scope: Scope, *, corpus: bool = True) -> tuple[sql.Composable, list[Any]]:
+    """Conditions (joined by AND) on `items i` and their bound values for a Scope."""
+    f = scope.filters
+    clauses: list[sql.Composable] = []
+    params: list[Any] = []
+    if corpus:
+        clauses.append(sql.SQL("i.corpus = %s"))
+        params.append(scope.corpus)
+    if not f.include_expired:
+        clauses.append(sql.SQL("(i.expires_at IS NULL OR i.expires_at > %s)"))
+        params.append(scope.now)
+    if not f.include_stale:
+        clauses.append(sql.SQL("NOT i.stale"))
+    for column, values in (("kind", f.kinds), ("scope", f.scope), ("repo", f.repo),
+                           ("namespace", f.namespace)):
+        if values:
+            clauses.append(sql.SQL("i.{} = ANY(%s::text[])").format(sql.Identifier(column)))
+            params.append(list(values))
+    for key, values in f.metadata:
+        clauses.append(sql.SQL("i.metadata -> %s::text = ANY(%s::jsonb[])"))
+        params.extend((key, _json_values(values)))
+    for column, op, value in (("created_at", ">=", f.created_after),
+                              ("created_at", "<", f.created_before),
+                              ("updated_at", ">=", f.updated_after),
+                              ("updated_at", "<", f.updated_before)):
+        if value is not None:
+            clauses.append(sql.SQL("i.{} {} %s").format(sql.Identifier(column), sql.SQL(op)))
+            params.append(value)
+    if not clauses:
+        return sql.SQL("true"), params
+    return sql.SQL(" AND ").join(clauses), params
+
+
+# -- full text -------------------------------------------------------------------------------
+
+
+def _or_query(n: int) -> sql.Composable:
+    """phraseto_tsquery of each term (a bound value), OR-ed: user text never reaches to_tsquery."""
+    return sql.SQL(" || ").join([sql.SQL("phraseto_tsquery('english', %s)")] * n)
+
+
+def _tf(doc: str, term: str, weights: str) -> sql.Composable:
+    return sql.SQL("hybridkb_tf({}, {}, {}::real[])").format(
+        sql.SQL(doc), sql.SQL(term), sql.Literal(weights))
+
+
+def _term_frequency(weights: str) -> sql.Composable:
+    """tf of term t in document m (which contains it): its lexeme's count, or for a phrase
+    the count of its rarest word (at least 1)."""
+    return sql.SQL(
+        "CASE WHEN numnode(t.q) = 1 THEN {one} "
+        "ELSE coalesce((SELECT min({each}) FROM unnest(t.lq) AS x), 1) END"
+    ).format(one=_tf("m.tsv", "t.q", weights), each=_tf("m.tsv", "x", weights))
+
+
+_BM25 = """
+WITH t AS MATERIALIZED (
+    SELECT u.ord, u.q,
+           ARRAY(SELECT x FROM unnest(string_to_array(u.term, ' ')) AS w,
+                 plainto_tsquery('english', w) AS x WHERE numnode(x) > 0) AS lq
+    FROM (SELECT a.ord, a.term, phraseto_tsquery('english', a.term) AS q
+          FROM unnest(%s::text[]) WITH ORDINALITY AS a (term, ord)) AS u
+    WHERE numnode(u.q) > 0
+),
+m AS MATERIALIZED (
+    -- `|| ''` detoasts each tsvector once here rather than once per term below.
+    SELECT i.rowid, i.id, i.tsv || ''::tsvector AS tsv, length(i.tsv) AS dl, {ok} AS ok
+    FROM items i
+    WHERE i.corpus = %s AND i.tsv @@ ({query})
+),
+f AS MATERIALIZED (
+    SELECT m.rowid, t.ord, c.n, {weighted} AS tf
+    FROM m JOIN t ON m.tsv @@ t.q CROSS JOIN LATERAL (SELECT {n} AS n, {n_title} AS nt) AS c
+),
+d AS (SELECT ord, count(*)::float8 AS df FROM f WHERE n > 0 GROUP BY ord),
+s AS (
+    SELECT coalesce(sum(n_docs), 0)::float8 AS n,
+           greatest(coalesce(sum(total_len)::float8 / nullif(sum(n_docs), 0), 1), 1) AS avgdl
+    FROM corpus_stats WHERE corpus = %s
+)
+SELECT m.id, sum(
+    greatest(ln((greatest(s.n, d.df) - d.df + 0.5) / (d.df + 0.5)), 1e-6)
+    * f.tf * ({k1} + 1) / (f.tf + {k1} * (1 - {b} + {b} * m.dl / s.avgdl))) AS score
+FROM f JOIN d USING (ord) JOIN m USING (rowid) CROSS JOIN s
+WHERE m.ok AND f.n > 0
+GROUP BY m.rowid, m.id
+ORDER BY score DESC, m.id
+LIMIT %s
+"""
+
+_TS_RANK = """
+SELECT i.id, {function}(i.tsv, q.q, {normalization}) AS score
+FROM items i, (SELECT {query} AS q) AS q
+WHERE i.tsv @@ q.q AND {filters}
+ORDER BY score DESC, i.id
+LIMIT %s
+"""
+
+
+def text_search(
+    terms: Sequence[str], scope: Scope, limit: int, *, ranking: str = "bm25",
+    weights: tuple[float, float] = (1.0, 1.0), normalization: int = 0,
+) -> tuple[sql.Composed, list[Any]]:
+    """BM25 (or ts_rank / ts_rank_cd, kept for measurement) over the OR of `terms`."""
+    if ranking != "bm25":
+        where, params = filter_sql(scope)
+        statement = sql.SQL(_TS_RANK).format(
+            function=sql.Identifier(ranking), normalization=sql.Literal(int(normalization)),
+            query=_or_query(len(terms)), filters=where)
+        return statement, [*terms, *params, limit]
+    ok, ok_params = filter_sql(scope, corpus=False)
+    title_weight, text_weight = weights
+    n = _term_frequency("{1,1,1,1}")
+    if (title_weight, text_weight) == (1.0, 1.0):
+        n_title: sql.Composable = sql.SQL("0")
+        weighted: sql.Composable = sql.SQL("c.n")
+    else:  # positions weighted 'A' are the title's (see migration 001)
+        n_title = _term_frequency("{0,0,0,1}")
+        weighted = sql.SQL("{} * c.nt + {} * (c.n - c.nt)").format(
+            sql.Literal(float(title_weight)), sql.Literal(float(text_weight)))
+    statement = sql.SQL(_BM25).format(
+        ok=sql.SQL("({})").format(ok), query=_or_query(len(terms)), n=n, n_title=n_title,
+        weighted=weighted, k1=sql.Literal(BM25_K1), b=sql.Literal(BM25_B))
+    return statement, [list(terms), *ok_params, scope.corpus, *terms, scope.corpus, limit]
+
+
+def substring_search(
+    words: Sequence[str], scope: Scope, limit: int,
+) -> tuple[sql.Composed, list[Any]]:
+    """Items scored by how many (word, field) pairs contain the word, as SQLite's instr()."""
+    where, params = filter_sql(scope)
+    hits = sql.SQL(" + ").join(
+        [sql.SQL("(strpos(lower(i.text), %s) > 0)::int "
+                 "+ (strpos(lower(coalesce(i.title, '')), %s) > 0)::int")] * len(words))
+    statement = sql.SQL(
+        "SELECT id, s FROM (SELECT i.id, {hits} AS s FROM items i WHERE {where}) AS x "
+        "WHERE s > 0 ORDER BY s DESC, id LIMIT %s").format(hits=hits, where=where)
+    return statement, [*(w for w in words for _ in (0, 1)), *params, limit]
+
+
+# -- vectors ---------------------------------------------------------------------------------
+
+# Vectors are unit length (embedders normalize, the store normalizes callers' vectors), so
+# the score is the dot product, as the SQLite backend computes it: cosine similarity without
+# the float32 noise of re-normalizing, which would break exact ties differently. The HNSW
+# index (cosine) picks the candidates; they are re-sorted exactly, ties by rowid as SQLite.
+_KNN = """
+WITH r AS MATERIALIZED (
+    SELECT i.rowid, i.id, v.embedding <#> %s AS nd
+    FROM item_vectors v JOIN items i ON i.rowid = v.rowid
+    WHERE {filters}
+    ORDER BY v.embedding <=> %s
+    LIMIT %s
+)
+SELECT id, -nd FROM r ORDER BY nd, rowid
+"""
+# No index orders by `<#>` (it is cosine), so this is an exact scan of the filtered rows.
+_EXACT = """
+SELECT i.id, -(v.embedding <#> %s)
+FROM item_vectors v JOIN items i ON i.rowid = v.rowid
+WHERE {filters}
+ORDER BY (v.embedding <#> %s) + 0, i.rowid
+LIMIT %s
+"""
+
+
+def vector_search(query: Vector, scope: Scope, limit: int, *,
+                  exact: bool) -> tuple[sql.Composed, list[Any]]:
+    """KNN by cosine: (id, similarity) best first; relaxed-order results are re-sorted."""
+    where, params = filter_sql(scope)
+    statement = sql.SQL(_EXACT if exact else _KNN).format(filters=where)
+    return statement, [query, *params, query, limit]
