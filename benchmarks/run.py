@@ -1,0 +1,375 @@
+"""One benchmark run: for each store size, build, ingest, query, and compare every
+figure with its baseline measured in the same process."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import hybridkb
+from hybridkb.backends import sqlite_driver
+from hybridkb.embedding import Embedder, get_embedder
+from hybridkb.evaluation.cache import EmbeddingCache
+
+from . import stages, whatif
+from .baselines import BM25Baseline, NumpyExact
+from .data import DEFAULT_DATASETS, BenchData, item_texts, item_vectors, load_data, make_items
+from .measure import (
+    BenchEmbedder,
+    clock,
+    current_rss_mb,
+    peak_rss_mb,
+    ratios,
+    remove_store,
+    stats,
+    store_files,
+)
+
+Log = Callable[[str], None]
+ROOT = Path(__file__).resolve().parent.parent
+VEC0_KNN = "SELECT rowid, distance FROM vec_items WHERE embedding MATCH ? AND k = ?"
+
+
+@dataclass(slots=True)
+class Options:
+    sizes: Sequence[int] = (10_000, 100_000)
+    queries: int = 300
+    warmup: int = 20
+    limit: int = 10
+    embed_items: int = 500  # items ingested with the real model, per size
+    embedder: str = "minilm"
+    datasets: Sequence[Path] = DEFAULT_DATASETS
+    cache: bool = True  # keep source and query vectors in the embedding cache
+    workdir: Path = field(default_factory=lambda: ROOT / "benchmarks" / "results" / "stores")
+    keep_stores: bool = False
+    vec0: bool = True
+    profile: bool = True
+    serve: bool = True  # the fresh-process serving measurement (cold query, RSS)
+    whatif: bool = True  # re-measure hybrid with a faster dedup and an in-memory BM25
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    conn = sqlite_driver.connect(":memory:", timeout=1.0)
+    try:
+        sqlite_version, vec_version = conn.execute(
+            "SELECT sqlite_version(), vec_version()").fetchone()
+    finally:
+        conn.close()
+    import bm25s
+
+    return {
+        "cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+        "platform": platform.platform(), "numpy": np.__version__, "bm25s": bm25s.__version__,
+        "sqlite": sqlite_version, "sqlite_vec": vec_version,
+        "sqlite_driver": sqlite_driver.driver().__name__, "hybridkb": hybridkb.__version__,
+        "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "library default"),
+    }
+
+
+def run(options: Options, log: Log = print) -> dict[str, Any]:
+    model = get_embedder(options.embedder)
+    if model is None:
+        raise ValueError("the benchmark needs an embedder")
+    started = datetime.now(UTC)
+    log(f"loading {', '.join(p.name for p in options.datasets)} and their vectors "
+        f"({model.model_id})")
+    data, load_s = clock(load_data, options.datasets, model, n_queries=options.queries,
+                         cache=EmbeddingCache() if options.cache else None)
+    log(f"  {len(data.sources)} sources, {len(data.queries)} queries "
+        f"({'cached' if data.cached else f'embedded in {data.embed_seconds:.0f} s'})")
+    options.workdir.mkdir(parents=True, exist_ok=True)
+    sizes = [run_size(options, data, model, n, log) for n in options.sizes]
+    return {
+        "benchmark": "hybridkb speed", "started": started.isoformat(timespec="seconds"),
+        "seconds": round((datetime.now(UTC) - started).total_seconds(), 1),
+        "command": "python -m " + " ".join(["benchmarks", *sys.argv[1:]]),
+        "machine": machine(),
+        "options": {k: (str(v) if isinstance(v, Path) else
+                        [str(x) for x in v] if k == "datasets" else v)
+                    for k, v in asdict(options).items()},
+        "data": {**data.describe(), "load_seconds": round(load_s, 1)},
+        "sizes": sizes,
+    }
+
+
+def run_size(options: Options, data: BenchData, model: Embedder, n: int, log: Log) -> dict[str, Any]:
+    log(f"\n== {n:,} items ==")
+    out: dict[str, Any] = {"items": n, "load_average_start": list(os.getloadavg())}
+    vectors = item_vectors(data, n)
+    items = make_items(data, n, vectors)
+    ids = [it["id"] for it in items]
+    texts = item_texts(items)
+    payload = sum(len(t.encode("utf-8")) for t in texts) + vectors.nbytes
+    rss = {"process_start_mb": current_rss_mb()}
+
+    log("baselines: bm25s index, numpy matrix")
+    bm25, bm25_s = clock(BM25Baseline, texts)
+    exact = NumpyExact(vectors)
+    rss["after_baselines_mb"] = current_rss_mb()
+
+    store = options.workdir / f"bench-{n}.db"
+    remove_store(store)
+    embedder = BenchEmbedder(model, dict(zip(data.queries, data.query_vectors, strict=True)))
+    log("ingest (vectors given)")
+    kb = hybridkb.open(store, embedder=embedder)
+    try:
+        _, ingest_s = clock(kb.add_many, items)
+        files_open = store_files(store)
+    finally:
+        kb.close()
+    del items
+    files_closed = store_files(store)
+    out["ingest"] = {
+        "without_embedding": {
+            "items": n, "seconds": round(ingest_s, 3), "items_per_s": round(n / ingest_s, 1),
+            "baseline": "bm25s tokenize + index of the same texts (in memory, no vectors)",
+            "baseline_items_per_s": round(n / bm25_s, 1),
+            "ratio": round((n / ingest_s) / (n / bm25_s), 3),
+        },
+    }
+    out["size"] = {
+        "db_bytes": files_open["db"], "wal_bytes": files_open["wal"],
+        "db_plus_wal_bytes": files_open["db"] + files_open["wal"],
+        "db_bytes_after_close": files_closed["db"],
+        "bytes_per_item": round((files_open["db"] + files_open["wal"]) / n, 1),
+        "baseline": "raw payload: UTF-8 title+text plus float32 vectors",
+        "baseline_bytes": payload,
+        "ratio": round((files_open["db"] + files_open["wal"]) / payload, 3),
+    }
+
+    if options.serve:
+        log("serving from a fresh process (cold first query, peak RSS)")
+        out["serve"] = _serve(options, data, store, vectors, exact, n)
+
+    kb = hybridkb.open(store, embedder=embedder)
+    try:
+        out["cold"] = _cold(options, kb, store, vectors, n)
+        log(f"queries: {len(data.queries)} per mode after {options.warmup} warm-up")
+        out["latency"], floor = _latency(options, kb, embedder, data, bm25, exact)
+        if options.whatif:
+            log("what-if: faster dedup, in-memory BM25")
+            out["whatif"] = whatif.measure(kb, data.queries, floor, whatif.MemoryBM25(ids, bm25),
+                                           limit=options.limit, warmup=options.warmup)
+            out["whatif"]["vector_binary_prefilter"] = whatif.binary_prefilter(
+                vectors, data.query_vectors, exact, k=options.limit)
+        if options.vec0:
+            log("sqlite-vec vec0 KNN on the same store")
+            out["vec0"] = _vec0(options, store, data, exact, ids)
+        if options.profile:
+            log("stage breakdown and cProfile")
+            out["stages"] = {mode: stages.stage_breakdown(kb, data.queries, mode=mode,
+                                                          limit=options.limit)
+                             for mode in ("hybrid", "fts", "vector")}
+            profile_path = options.workdir.parent / f"profile-hybrid-{n}.txt"
+            profile_path.write_text(stages.cprofile_top(kb, data.queries), encoding="utf-8")
+            out["stages"]["cprofile"] = str(profile_path)
+        if options.embed_items > 0:
+            log(f"ingest with embedding: {options.embed_items} more items, the real model")
+            out["ingest"]["with_embedding"] = _ingest_embedded(options, kb, model, data, n)
+    finally:
+        kb.close()
+    rss["process_peak_mb"] = peak_rss_mb()
+    out["rss"] = rss
+    out["load_average_end"] = list(os.getloadavg())
+    if not options.keep_stores:
+        remove_store(store)
+    _summary(out, log)
+    return out
+
+
+def _serve(options: Options, data: BenchData, store: Path, vectors: np.ndarray[Any, Any],
+           exact: NumpyExact, n: int) -> dict[str, Any]:
+    npz = options.workdir / f"queries-{n}.npz"
+    np.savez(npz, texts=np.array(data.queries), vectors=data.query_vectors)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "benchmarks.serve", str(store), str(npz), options.embedder],
+            cwd=ROOT, capture_output=True, text=True, check=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    finally:
+        npz.unlink(missing_ok=True)
+    served: dict[str, Any] = json.loads(proc.stdout)
+    # The baseline process: the same imports, np.load of the matrix, the same searches.
+    served["vector_matrix_mb"] = round(vectors.nbytes / 2**20, 1)
+    served["rss_over_imports_mb"] = round(served["peak_rss_mb"] - served["rss_after_imports_mb"], 1)
+    served["ratio_rss_over_imports_to_matrix"] = round(
+        served["rss_over_imports_mb"] / max(served["vector_matrix_mb"], 0.1), 3)
+    return served
+
+
+def _cold(options: Options, kb: hybridkb.KnowledgeBase, store: Path,
+          vectors: np.ndarray[Any, Any], n: int) -> dict[str, Any]:
+    """The matrix load (first vector query after opening), three times on fresh
+    handles, beside np.load of the same matrix from a .npy file."""
+    dim = kb.backend.vector_dim()
+    loads = []
+    for _ in range(3):
+        fresh = hybridkb.open(store, embedder=kb.embedder)
+        try:
+            _, seconds = clock(fresh.backend._vector_index, dim)  # type: ignore[attr-defined]
+        finally:
+            fresh.close()
+        loads.append(seconds)
+    npy = options.workdir / f"vectors-{n}.npy"
+    np.save(npy, vectors)
+    try:
+        baseline = [clock(np.load, npy)[1] for _ in range(3)]
+    finally:
+        npy.unlink(missing_ok=True)
+    load_ms, base_ms = float(np.median(loads)) * 1000, float(np.median(baseline)) * 1000
+    return {"matrix_load_ms": round(load_ms, 2), "baseline": "np.load of the same .npy matrix",
+            "baseline_ms": round(base_ms, 2), "ratio": round(load_ms / base_ms, 2),
+            "runs": 3, "note": "median of 3 fresh opens; the file is in the OS page cache"}
+
+
+def _latency(options: Options, kb: hybridkb.KnowledgeBase, embedder: BenchEmbedder,
+             data: BenchData, bm25: BM25Baseline, exact: NumpyExact,
+             ) -> tuple[dict[str, Any], list[float]]:
+    """The latency figures, and the per-query numpy + bm25s seconds."""
+    limit = options.limit
+    pairs = list(zip(data.queries, data.query_vectors, strict=True))
+
+    def one_round(text: str, qv: np.ndarray[Any, Any]) -> dict[str, tuple[float, int]]:
+        # Interleaved per query so machine noise hits every figure alike.
+        out = {}
+        r, t = clock(exact.search, qv, limit)
+        out["numpy"] = (t, len(r))
+        r, t = clock(kb.search, text, mode="vector", limit=limit)
+        out["vector"] = (t, len(r.hits))
+        r, t = clock(bm25.search, text, limit)
+        out["bm25s"] = (t, len(r))
+        r, t = clock(kb.search, text, mode="fts", limit=limit)
+        out["fts"] = (t, len(r.hits))
+        r, t = clock(kb.search, text, limit=limit)
+        out["hybrid"] = (t, len(r.hits))
+        return out
+
+    for text, qv in pairs[: options.warmup]:
+        one_round(text, qv)
+    rounds = [one_round(text, qv) for text, qv in pairs]
+    col = {name: [r[name][0] for r in rounds] for name in rounds[0]}
+    hits = {name: float(np.mean([r[name][1] for r in rounds])) for name in rounds[0]}
+    col["numpy+bm25s"] = [a + b for a, b in zip(col["numpy"], col["bm25s"], strict=True)]
+
+    # With the query embedding: the real model embeds each query inside the search.
+    embedder.live = True
+    embedder.model.embed_query(data.queries[0])  # load the model outside the timings
+    for text, _ in pairs[: min(5, options.warmup)]:
+        kb.search(text, limit=limit)
+    embedder.embed_seconds.clear()
+    live: dict[str, list[float]] = {"vector": [], "hybrid": [], "embed": [],
+                                    "numpy+embed": [], "numpy+bm25s+embed": []}
+    for i, (text, _) in enumerate(pairs):
+        for mode in ("vector", "hybrid"):
+            _, t = clock(kb.search, text, mode=mode, limit=limit)
+            e = embedder.embed_seconds[-1]
+            live[mode].append(t)
+            live["embed"].append(e)
+            if mode == "vector":
+                live["numpy+embed"].append(col["numpy"][i] + e)
+            else:
+                live["numpy+bm25s+embed"].append(col["numpy+bm25s"][i] + e)
+    embedder.live = False
+
+    s = {name: stats(v) for name, v in col.items()}
+    ls = {name: stats(v) for name, v in live.items()}
+    figures = {
+        "limit": limit, "queries": len(pairs), "warmup": options.warmup,
+        "mean_hits": hits,
+        "baselines": {"bm25s": {**bm25.describe(), **s["bm25s"]},
+                      "numpy": {**exact.describe(), **s["numpy"]},
+                      "numpy+bm25s": s["numpy+bm25s"]},
+        "without_embedding": {
+            "fts": {**s["fts"], "baseline": "bm25s", "ratio": ratios(s["fts"], s["bm25s"])},
+            "vector": {**s["vector"], "baseline": "numpy",
+                       "ratio": ratios(s["vector"], s["numpy"])},
+            "hybrid": {**s["hybrid"], "baseline": "numpy+bm25s",
+                       "ratio": ratios(s["hybrid"], s["numpy+bm25s"])},
+        },
+        "embed_query": ls["embed"],
+        "with_embedding": {
+            "fts": {**s["fts"], "baseline": "bm25s", "ratio": ratios(s["fts"], s["bm25s"]),
+                    "note": "no query embedding in FTS mode"},
+            "vector": {**ls["vector"], "baseline": "numpy+embed",
+                       "ratio": ratios(ls["vector"], ls["numpy+embed"])},
+            "hybrid": {**ls["hybrid"], "baseline": "numpy+bm25s+embed",
+                       "ratio": ratios(ls["hybrid"], ls["numpy+bm25s+embed"])},
+        },
+    }
+    return figures, col["numpy+bm25s"]
+
+
+def _vec0(options: Options, store: Path, data: BenchData, exact: NumpyExact,
+          ids: Sequence[str]) -> dict[str, Any]:
+    """sqlite-vec's own brute-force KNN over the same vectors (k = limit), beside numpy."""
+    conn = sqlite_driver.connect(str(store), timeout=30.0)
+    try:
+        rowid_to_index = {rowid: i for i, rowid in enumerate(_rowids(conn, ids))}
+        k = options.limit
+        pairs = list(zip(data.queries, data.query_vectors, strict=True))
+        for _, qv in pairs[: min(3, options.warmup)]:
+            conn.execute(VEC0_KNN, (qv.tobytes(), k)).fetchall()
+        times, base, overlap = [], [], []
+        for _, qv in pairs:
+            rows, t = clock(lambda q: conn.execute(VEC0_KNN, (q.tobytes(), k)).fetchall(), qv)
+            top, tb = clock(exact.search, qv, k)
+            times.append(t)
+            base.append(tb)
+            got = {rowid_to_index.get(r[0]) for r in rows}
+            overlap.append(len(got & set(top)) / max(1, len(top)))
+    finally:
+        conn.close()
+    s, b = stats(times), stats(base)
+    return {"k": k, **s, "baseline": "numpy", "baseline_p50_ms": b["p50_ms"],
+            "ratio": ratios(s, b), "recall_vs_numpy": round(float(np.mean(overlap)), 4),
+            "sql": VEC0_KNN}
+
+
+def _rowids(conn: Any, ids: Sequence[str]) -> list[int]:
+    found = dict(conn.execute("SELECT id, rowid FROM items").fetchall())
+    return [found[i] for i in ids]
+
+
+def _ingest_embedded(options: Options, kb: hybridkb.KnowledgeBase, model: Embedder,
+                     data: BenchData, n: int) -> dict[str, Any]:
+    m = options.embed_items
+    items = make_items(data, m, start=n)  # new, distinct items: the model embeds each one
+    texts = item_texts(items)
+    model.embed_documents(texts[:1])  # load the model outside the timings
+    _, base_s = clock(model.embed_documents, texts)
+    _, ingest_s = clock(kb.add_many, items)
+    return {"items": m, "seconds": round(ingest_s, 3), "items_per_s": round(m / ingest_s, 2),
+            "baseline": "the model's embed_documents on the same texts",
+            "baseline_items_per_s": round(m / base_s, 2),
+            "ratio": round((m / ingest_s) / (m / base_s), 3),
+            "note": f"added to the {n:,}-item store after the query measurements"}
+
+
+def _summary(out: dict[str, Any], log: Log) -> None:
+    lat = out["latency"]
+    for mode, fig in lat["without_embedding"].items():
+        log(f"  {mode:7s} p50 {fig['p50_ms']:8.2f} ms  p95 {fig['p95_ms']:8.2f}  "
+            f"p99 {fig['p99_ms']:8.2f}   x{fig['ratio'].get('p50', float('nan')):.2f} "
+            f"{fig['baseline']}")
+    ing = out["ingest"]["without_embedding"]
+    log(f"  ingest {ing['items_per_s']:.0f} items/s (x{ing['ratio']:.2f} bm25s index build); "
+        f"store {out['size']['db_plus_wal_bytes'] / 2**20:.1f} MiB")

@@ -1,0 +1,84 @@
+"""The speed benchmark's code path on a tiny store: it runs and its JSON has the
+expected shape. Speed itself is never asserted."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+pytest.importorskip("bm25s")
+
+from benchmarks import report  # noqa: E402
+from benchmarks.__main__ import main  # noqa: E402
+
+WORDS = ("cell protein cancer diet vitamin gene tumor blood insulin heart risk study "
+         "patients trial dose effect brain liver mice cholesterol").split()
+
+
+def _dataset(folder: Path, n_docs: int = 30, n_queries: int = 25) -> Path:
+    (folder / "qrels").mkdir(parents=True)
+    with (folder / "corpus.jsonl").open("w", encoding="utf-8") as f:
+        for i in range(n_docs):
+            text = " ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(40))
+            f.write(json.dumps({"_id": f"d{i}", "title": f"Doc {i}", "text": text}) + "\n")
+    with (folder / "queries.jsonl").open("w", encoding="utf-8") as f:
+        for q in range(n_queries):
+            text = " ".join(WORDS[(q * 5 + j) % len(WORDS)] for j in range(4)) + f" {q}"
+            f.write(json.dumps({"_id": f"q{q}", "text": text}) + "\n")
+    rows = "".join(f"q{q}\td{q % n_docs}\t1\n" for q in range(n_queries))
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + rows)
+    return folder
+
+
+def test_benchmark_runs_and_writes_its_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = _dataset(tmp_path / "tiny")
+    out = tmp_path / "out"
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\n## Quality\n\nkept as it is\n", encoding="utf-8")
+    code = main(["--sizes", "300", "--queries", "20", "--warmup", "2", "--embed-items", "10",
+                 "--embedder", "hashing-32", "--data", str(data), "--out", str(out),
+                 "--no-cache", "--doc", str(doc)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "| FTS |" in printed
+
+    (json_file,) = out.glob("speed-*.json")
+    results = json.loads(json_file.read_text())
+    assert set(results) >= {"machine", "options", "data", "sizes", "command", "started"}
+    assert results["machine"]["cores"] >= 1
+    (size,) = results["sizes"]
+    assert size["items"] == 300
+    lat = size["latency"]
+    assert lat["queries"] == 20
+    for mode in ("fts", "vector", "hybrid"):
+        for part in ("without_embedding", "with_embedding"):
+            fig = lat[part][mode]
+            assert fig["n"] == 20
+            assert fig["p50_ms"] <= fig["p95_ms"] <= fig["p99_ms"]
+            assert set(fig["ratio"]) >= {"p50", "p95", "p99"}
+    assert {"bm25s", "numpy", "numpy+bm25s"} <= set(lat["baselines"])
+    assert lat["embed_query"]["n"] == 40
+    assert size["ingest"]["without_embedding"]["items"] == 300
+    assert size["ingest"]["with_embedding"]["items"] == 10
+    assert size["size"]["db_plus_wal_bytes"] > 0
+    assert size["serve"]["peak_rss_mb"] > 0
+    assert size["cold"]["matrix_load_ms"] > 0
+    assert size["vec0"]["recall_vs_numpy"] >= 0.9
+    assert set(size["stages"]["hybrid"]["mean_ms_by_stage"]) >= {"fts", "vector", "fetch", "other"}
+    assert size["rss"]["process_peak_mb"] > 0
+    assert set(size["whatif"]["hybrid"]) >= {"as is", "fast dedup", "in-memory BM25", "dedup off"}
+    assert size["whatif"]["fast_dedup_results_differ_on"] == 0
+    assert "rescore 200" in size["whatif"]["vector_binary_prefilter"]
+    assert not list((out / "stores").glob("*.db")), "stores are removed unless --keep-stores"
+
+    text = doc.read_text(encoding="utf-8")
+    assert "## Quality\n\nkept as it is" in text
+    assert text.count(report.BEGIN) == 1 and "## Speed" in text
+    report.update_doc(doc, results)  # a second run replaces the table, adds nothing else
+    assert doc.read_text(encoding="utf-8") == text
