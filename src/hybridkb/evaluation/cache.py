@@ -14,35 +14,18 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
 
 import numpy as np
 
 from ..embedding import Embedder, Vectors
+from ..progress import Bar as Bar
+from ..progress import ProgressFactory as ProgressFactory
+from ..progress import no_progress as no_progress
 
 CHUNK = 128  # texts per embedder call; the texts are sorted by length first
-
-
-class Bar(Protocol):
-    def update(self, n: int = 1) -> Any: ...
-
-
-ProgressFactory = Callable[[int | None, str], AbstractContextManager[Bar]]
-
-
-class _NoBar:
-    def update(self, n: int = 1) -> None:
-        return None
-
-
-@contextmanager
-def no_progress(total: int | None, desc: str) -> Iterator[Bar]:
-    del total, desc
-    yield _NoBar()
 
 
 def default_cache_dir() -> Path:

@@ -12,13 +12,13 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from ..model import Item
+from ..progress import ProgressFactory, no_progress
 from ..store import MAX_ID_CHARS, KnowledgeBase
 from .chunk import Chunk, chunk_markdown, chunk_text
 from .code import chunk_code
@@ -27,24 +27,6 @@ from .walk import Loaded, Skipped, SourceFile, Unindexable, find_files, load
 
 CHUNKER_VERSION = 1  # bump when chunking changes, so unchanged files are re-chunked once
 WRITE_BATCH = 256
-
-
-class Bar(Protocol):
-    def update(self, n: int = 1) -> Any: ...
-
-
-ProgressFactory = Callable[[int | None, str], AbstractContextManager[Bar]]
-
-
-class _NoBar:
-    def update(self, n: int = 1) -> None:
-        return None
-
-
-@contextmanager
-def no_progress(total: int | None, desc: str) -> Iterator[Bar]:
-    del total, desc
-    yield _NoBar()
 
 
 @dataclass(slots=True)
