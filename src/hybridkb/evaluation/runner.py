@@ -72,13 +72,14 @@ class RowResult:
     p50_ms: float
     p95_ms: float
     run: dict[str, list[str]] | None = None
+    bm25_used: Pair | None = None  # the column weights FTS ran with (the backend's, if unset)
 
     def to_dict(self) -> dict[str, Any]:
         s = self.spec
         return {
             "mode": s.mode, "fusion": s.fusion,
             "weights": list(s.weights) if s.weights is not None else None,
-            "rrf_k": s.rrf_k, "bm25_weights": list(s.bm25_weights) if s.bm25_weights else None,
+            "rrf_k": s.rrf_k, "bm25_weights": list(self.bm25_used) if self.bm25_used else None,
             "score_policy": "default" if s.default else "off",
             "dedup": "default" if s.default else "off",
             **{name: round(value, 6) for name, value in self.scores.items()},
@@ -281,7 +282,9 @@ def _run_row(
         spec=spec, scores=metrics.evaluate(run, qrels),
         qps=len(latencies) / total if total > 0 else 0.0,
         p50_ms=float(np.percentile(ms, 50)), p95_ms=float(np.percentile(ms, 95)),
-        run=run if o.keep_runs else None)
+        run=run if o.keep_runs else None,
+        bm25_used=None if spec.mode == "vector"
+        else spec.bm25_weights or getattr(kb.backend, "bm25_weights", None))
 
 
 def _pair(p: Pair | None) -> str:
@@ -308,7 +311,7 @@ def format_table(report: EvalReport) -> str:
             s.mode + ("*" if s.default else ""), s.fusion or "-" if s.mode == "hybrid" else "-",
             _pair(s.weights) if s.mode == "hybrid" else "-",
             f"{s.rrf_k:g}" if s.rrf_k is not None and s.fusion == "rrf" else "-",
-            _pair(s.bm25_weights) if s.mode != "vector" else "-",
+            _pair(r.bm25_used),
             f"{r.scores['ndcg@10']:.4f}", f"{r.scores['recall@100']:.4f}",
             f"{r.scores['mrr@10']:.4f}", f"{r.qps:.1f}", f"{r.p50_ms:.1f}", f"{r.p95_ms:.1f}"))
     widths = [max(len(c), *(len(row[i]) for row in rows)) if rows else len(c)
