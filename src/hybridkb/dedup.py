@@ -32,6 +32,12 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b)
 
 
+def _similar(a: frozenset[str], b: frozenset[str], threshold: float) -> bool:
+    """Jaccard(a, b) >= threshold; set sizes alone rule most pairs out (J <= min/max)."""
+    small, large = sorted((len(a), len(b)))
+    return threshold * large <= small + 1e-9 and jaccard(a, b) >= threshold
+
+
 def _prefix_length(size: int, threshold: float) -> int:
     return size - math.ceil(threshold * size - 1e-9) + 1
 
@@ -54,6 +60,8 @@ def collapse(
     if len(docs) <= _ALL_PAIRS_UP_TO:
         return _collapse_all_pairs(docs, threshold)
     freq = Counter(tok for _, toks in docs for tok in toks)
+    # One global rare-first order; each token's place is a single dict lookup.
+    place = {tok: i for i, tok in enumerate(sorted(freq, key=lambda t: (freq[t], t)))}
 
     kept: list[str] = []
     kept_sets: list[frozenset[str]] = []
@@ -69,10 +77,10 @@ def collapse(
             else:
                 absorbed.setdefault(kept[empty_kept], []).append(doc_id)
             continue
-        ordered = sorted(toks, key=lambda t: (freq[t], t))
+        ordered = sorted(toks, key=place.__getitem__)
         prefix = ordered[: _prefix_length(len(ordered), threshold)]
         candidates = sorted({idx for tok in prefix for idx in prefix_index.get(tok, ())})
-        match = next((idx for idx in candidates if jaccard(toks, kept_sets[idx]) >= threshold), None)
+        match = next((idx for idx in candidates if _similar(toks, kept_sets[idx], threshold)), None)
         if match is not None:
             absorbed.setdefault(kept[match], []).append(doc_id)
             continue
@@ -90,10 +98,7 @@ def _collapse_all_pairs(
     kept: list[tuple[str, frozenset[str]]] = []
     absorbed: dict[str, list[str]] = {}
     for doc_id, toks in docs:
-        n = len(toks)
-        match = next((kid for kid, other in kept
-                      if threshold * max(n, len(other)) <= min(n, len(other)) + 1e-9
-                      and jaccard(toks, other) >= threshold), None)
+        match = next((kid for kid, other in kept if _similar(toks, other, threshold)), None)
         if match is None:
             kept.append((doc_id, toks))
         else:
