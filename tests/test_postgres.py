@@ -24,10 +24,10 @@ import pytest
 
 import hybridkb
 from hybridkb import BackendUnavailableError, HashingEmbedder, KnowledgeBase
-from hybridkb.backends import migrations
-from hybridkb.backends import postgres as pg
-from hybridkb.backends.base import Scope
 from hybridkb.model import parse_filters
+from hybridkb.storage import migrations
+from hybridkb.storage.contract import Scope
+from hybridkb.storage.postgres import backend as pg
 from hybridkb.textquery import parse as parse_query
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -455,14 +455,14 @@ def test_a_connection_killed_mid_write_is_a_clear_error_and_the_pool_recovers(pg
 
 
 def test_missing_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    import hybridkb.backends as backends
+    import hybridkb.storage.postgres as dialect
 
     for name in ("psycopg", "psycopg_pool", "pgvector.psycopg"):
         monkeypatch.setitem(sys.modules, name, None)  # `import name` now raises ImportError
-    for name in ("hybridkb.backends.postgres", "hybridkb.backends.postgres_sql"):
+    for name in ("hybridkb.storage.postgres.backend", "hybridkb.storage.postgres.sql"):
         monkeypatch.delitem(sys.modules, name)  # imported afresh below, restored afterwards
-    monkeypatch.setattr(backends, "postgres", pg)
-    monkeypatch.setattr(backends, "postgres_sql", pg.q)
+    monkeypatch.setattr(dialect, "backend", pg)
+    monkeypatch.setattr(dialect, "sql", pg.q)
     with pytest.raises(BackendUnavailableError, match=r"pip install 'hybridkb\[postgres\]'"):
         hybridkb.open("postgresql://nobody@127.0.0.1:1/none", embedder=None)
 

@@ -15,11 +15,11 @@ from . import dedup, textquery
 from . import fusion as fusion_lib
 
 __all__ = ["DEFAULT_FUSION", "DEFAULT_WEIGHTS", "SearchPlan", "dedup", "fusion_lib", "run"]
-from .backends.base import Backend, Scope, ScoredIds, Vector
 from .errors import InvalidInputError
 from .labels import source_label
 from .model import Filters, Hit, Item, RetrieverHit, SearchResult
 from .scoring import ScorePolicy, apply
+from .storage.contract import Backend, Scope, ScoredIds, Vector
 
 # Each retriever returns max(MIN_DEPTH, offset + limit) candidates. A depth that does
 # not grow with `limit` keeps score-aware fusions (whose normalization depends on the

@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 
 from . import pipeline
-from .backends.base import Backend, Vector
 from .embedding import Embedder, content_hash
 from .errors import (
     DimensionMismatchError,
@@ -37,6 +36,7 @@ from .model import (
     valid_ts,
 )
 from .scoring import ScorePolicy
+from .storage.contract import Backend, Vector
 
 MAX_TEXT_CHARS = 1_000_000
 MAX_ID_CHARS = 512

@@ -17,16 +17,17 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import (
+from ...errors import (
     BackendUnavailableError,
     DimensionMismatchError,
     InvalidInputError,
     StoreError,
 )
-from ..model import Filters, Item
-from ..textquery import TextQuery
-from . import migrations, sqlite_driver
-from .base import Scope, ScoredIds, Vector
+from ...model import Filters, Item
+from ...textquery import TextQuery
+from .. import migrations
+from ..contract import Scope, ScoredIds, Vector
+from . import driver as sqlite_driver
 from .vector_index import VectorIndex
 
 BUSY_TIMEOUT_S = 30.0

@@ -3,7 +3,7 @@
 One store per database. Items carry a generated, weighted `tsvector` (title 'A', text 'B');
 their vectors live in `item_vectors` (created when the embedding dimension is first known),
 joined by rowid and deleted with the item (ON DELETE CASCADE). Every write is one
-transaction. Full-text ranking is BM25 computed in SQL (see postgres_sql.py); vector search
+transaction. Full-text ranking is BM25 computed in SQL (see sql.py); vector search
 is cosine KNN through an HNSW index with pgvector's iterative scan, filters inside the query.
 """
 
@@ -18,16 +18,16 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
-from ..errors import (
+from ...errors import (
     BackendUnavailableError,
     DimensionMismatchError,
     InvalidInputError,
     StoreError,
 )
-from ..model import Item
-from ..textquery import TextQuery
-from . import migrations
-from .base import Scope, ScoredIds, Vector
+from ...model import Item
+from ...textquery import TextQuery
+from .. import migrations
+from ..contract import Scope, ScoredIds, Vector
 
 try:
     import psycopg
@@ -36,7 +36,7 @@ try:
     from psycopg.conninfo import conninfo_to_dict
     from psycopg_pool import ConnectionPool, PoolTimeout
 
-    from . import postgres_sql as q
+    from . import sql as q
 except ImportError as _exc:  # the optional extra is not installed
     _IMPORT_ERROR: ImportError | None = _exc
 else:
