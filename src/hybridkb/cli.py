@@ -100,7 +100,7 @@ pass_ctx = click.make_pass_decorator(Context)
 def init(ctx: Context) -> None:
     """Create the store (if missing) and record the embedding model."""
     kb = ctx.kb()
-    emit(ctx, kb.stats(), lambda: click.echo(f"store ready: {kb.backend.url}"))
+    emit(ctx, kb.stats(), lambda: click.echo(f"store ready: {kb.target}"))
 
 
 def _parse_metadata(raw: str | None) -> dict[str, Any]:
@@ -318,7 +318,7 @@ def demo(ctx: Context, query: str, limit: int) -> None:
         items = [json.loads(line) for line in sample.read_text("utf-8").splitlines() if line.strip()]
         kb.upsert_many(items)
         if not ctx.as_json:
-            click.echo(f"loaded {len(items)} sample notes into {kb.backend.url}", err=True)
+            click.echo(f"loaded {len(items)} sample notes into {kb.target}", err=True)
     result = kb.search(query, limit=limit, corpora=["hybridkb-notes"])
     emit(ctx, result.to_dict(), lambda: click.echo(f"query: {query}\n{format_hits(result, False)}"))
 

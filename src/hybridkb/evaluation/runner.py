@@ -284,7 +284,7 @@ def _run_row(
         p50_ms=float(np.percentile(ms, 50)), p95_ms=float(np.percentile(ms, 95)),
         run=run if o.keep_runs else None,
         bm25_used=None if spec.mode == "vector"
-        else spec.bm25_weights or getattr(kb.backend, "bm25_weights", None))
+        else spec.bm25_weights or kb.bm25_weights)
 
 
 def _pair(p: Pair | None) -> str:
