@@ -406,7 +406,7 @@ def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None,
           corpora_csv: str | None) -> None:
     """Serve the store to agents over MCP (stdio by default; logs go to stderr)."""
     try:
-        from . import mcp_server
+        from . import mcp as mcp_server
     except ImportError as exc:
         if (exc.name or "").split(".")[0] not in ("mcp", "pydantic", "starlette", "anyio"):
             raise
