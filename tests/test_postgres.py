@@ -134,7 +134,7 @@ def test_fts_top_results_overlap_with_sqlite(pair: tuple[KnowledgeBase, Knowledg
     fill_both(pair, [{"id": d.id, "title": d.title, "text": d.text} for d in data.corpus[:500]])
     overlaps, same_top = [], []
     for query in data.queries[:50]:
-        a, b = (kb.search(query.text, mode="fts", limit=10, dedup=None).ids for kb in pair)
+        a, b = (kb.search(query.text, mode="fts", limit=10, dedup_threshold=None).ids for kb in pair)
         if a or b:
             overlaps.append(len(set(a) & set(b)) / max(len(a), len(b)))
             same_top.append(a[:1] == b[:1])

@@ -20,7 +20,8 @@ import click
 
 from . import open as open_kb
 from .errors import HybridKBError, InvalidInputError
-from .model import Item, SearchResult, iso
+from .fusion import FUSIONS
+from .model import MODES, Item, SearchResult, iso
 from .store import KnowledgeBase
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -192,14 +193,14 @@ def format_hits(result: SearchResult, explain: bool) -> str:
 
 @cli.command()
 @click.argument("query")
-@click.option("--mode", type=click.Choice(["hybrid", "fts", "vector"]), default="hybrid",
+@click.option("--mode", type=click.Choice(MODES), default="hybrid",
               show_default=True)
 @click.option("--limit", default=10, show_default=True)
 @click.option("--offset", default=0, show_default=True)
 @click.option("--corpus", "corpora", multiple=True, help="Search this corpus (repeatable).")
 @click.option("--kind", "kinds", multiple=True, help="Only items of this kind (repeatable).")
 @click.option("--filter", "filter_json", help='Filters as JSON, e.g. {"metadata": {"team": "x"}}.')
-@click.option("--fusion", type=click.Choice(["rrf", "convex", "dbsf"]), default=None)
+@click.option("--fusion", type=click.Choice(FUSIONS), default=None)
 @click.option("--min-score", type=float, help="Drop hits whose normalized fused score is lower.")
 @click.option("--explain", is_flag=True, help="Show ranks, raw scores, fusion and boosts per hit.")
 @click.option("--touch", is_flag=True, help="Count returned hits as accessed.")

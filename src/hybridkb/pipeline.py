@@ -17,7 +17,7 @@ from . import fusion as fusion_lib
 __all__ = ["DEFAULT_FUSION", "DEFAULT_WEIGHTS", "SearchPlan", "dedup", "fusion_lib", "run"]
 from .errors import InvalidInputError
 from .labels import source_label
-from .model import Filters, Hit, Item, RetrieverHit, SearchResult
+from .model import MODES, Filters, Hit, Item, RetrieverHit, SearchResult
 from .scoring import ScorePolicy, apply
 from .storage.contract import Backend, Scope, ScoredIds, Vector
 
@@ -62,7 +62,7 @@ class SearchPlan:
     max_terms: int = textquery.MAX_TERMS
 
     def validate(self) -> None:
-        if self.mode not in ("hybrid", "fts", "vector"):
+        if self.mode not in MODES:
             raise InvalidInputError(f"unknown mode {self.mode!r}; use hybrid, fts or vector")
         if self.fusion not in fusion_lib.FUSIONS:
             raise InvalidInputError(

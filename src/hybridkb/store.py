@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace as dc_replace
 from datetime import timedelta
@@ -32,6 +33,12 @@ from .storage.contract import Backend, Vector
 MEMORY_CORPUS = "memory"
 
 Progress = Callable[[int], None]
+
+_UNSET: Any = object()  # tells a deprecated keyword that was not given from one given as None
+
+
+def _deprecated(message: str) -> None:
+    warnings.warn(message, DeprecationWarning, stacklevel=3)
 
 
 class KnowledgeBase:
@@ -313,22 +320,32 @@ class KnowledgeBase:
         corpora: Sequence[str] | str | None = None, filters: Filters | Mapping[str, Any] | None = None,
         fusion: str | None = None, weights: Sequence[float] | None = None,
         rrf_k: float = pipeline.fusion_lib.RRF_K, depth: int | None = None,
-        dedup: float | None = pipeline.dedup.DEFAULT_THRESHOLD, dedup_cosine: float | None = None,
+        dedup_threshold: float | None = pipeline.dedup.DEFAULT_THRESHOLD,
+        dedup_cosine: float | None = None,
         score_policy: ScorePolicy | None = None, min_score: float | None = None,
-        touch: bool = False, explain: bool = False,
+        touch: bool = False, dedup: Any = _UNSET, explain: Any = _UNSET,
     ) -> SearchResult:
         """Hybrid search. A query's text never raises; bad options raise InvalidInputError.
 
-        `explain` is accepted for symmetry with the CLI: every Hit always carries its
-        per-retriever ranks and scores, fusion score and boosts.
+        `mode` is one of `model.MODES`, `fusion` one of `fusion.FUSIONS`.
+        `dedup_threshold` is the token-Jaccard similarity at which near-duplicates
+        collapse (None: off); `dedup_cosine` adds a cosine test on stored vectors.
+        Every hit carries its explanation (per-retriever ranks and scores, fusion
+        score, boosts). Deprecated, removed in the next release: `dedup` (now
+        `dedup_threshold`) and `explain` (explanations are always on hits).
         """
-        del explain
+        if dedup is not _UNSET:
+            _deprecated("search(dedup=...) is deprecated; use dedup_threshold=...")
+            dedup_threshold = dedup
+        if explain is not _UNSET:
+            _deprecated("search(explain=...) is deprecated and does nothing: every hit carries "
+                        "its explanation (hit.retrievers, fusion_score, boosts)")
         plan = pipeline.SearchPlan(
             query=query if isinstance(query, str) else "", mode=mode, limit=limit, offset=offset,
             filters=parse_filters(dict(filters) if isinstance(filters, Mapping) else filters),
             fusion=fusion or pipeline.DEFAULT_FUSION,
             weights=tuple(weights) if weights is not None else pipeline.DEFAULT_WEIGHTS,  # type: ignore[arg-type]
-            rrf_k=rrf_k, depth=depth, dedup_threshold=dedup, dedup_cosine=dedup_cosine,
+            rrf_k=rrf_k, depth=depth, dedup_threshold=dedup_threshold, dedup_cosine=dedup_cosine,
             policy=score_policy or self.score_policy, min_score=min_score,
         )
         plan.validate()

@@ -262,7 +262,7 @@ def _run_row(
             result = kb.search(
                 query.text, mode=spec.mode, limit=limit, corpora=[corpus], filters=scope,
                 fusion=spec.fusion, weights=spec.weights, rrf_k=spec.rrf_k or RRF_K,
-                depth=o.depth, dedup=None, score_policy=ScorePolicy.off())
+                depth=o.depth, dedup_threshold=None, score_policy=ScorePolicy.off())
         ids = [h.id for h in result.hits]
         if o.ignore_identical_ids:
             ids = [d for d in ids if d != query.id]
