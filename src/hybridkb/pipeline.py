@@ -49,7 +49,6 @@ class SearchPlan:
     mode: str = "hybrid"
     limit: int = 10
     offset: int = 0
-    corpora: tuple[str, ...] | None = None
     filters: Filters = field(default_factory=Filters)
     fusion: str = DEFAULT_FUSION
     weights: tuple[float, float] = DEFAULT_WEIGHTS
