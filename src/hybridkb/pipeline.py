@@ -37,10 +37,9 @@ def _heads(plan: SearchPlan) -> tuple[int, int]:
     wanted = plan.offset + plan.limit
     return max(DEDUP_HEAD, 2 * wanted), max(POOL, 3 * wanted)
 
-# The default fusion and weights (fts, vector), chosen by the evaluation harness:
-# see docs/benchmarks.md for the measurements behind them.
-DEFAULT_FUSION = "dbsf"
-DEFAULT_WEIGHTS = (0.6, 0.4)
+# The search defaults live in `fusion` (pure); re-exported here for the plan.
+DEFAULT_FUSION = fusion_lib.DEFAULT_FUSION
+DEFAULT_WEIGHTS = fusion_lib.DEFAULT_WEIGHTS
 
 
 @dataclass(frozen=True, slots=True)

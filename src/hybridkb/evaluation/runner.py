@@ -21,9 +21,8 @@ import numpy as np
 from .. import open as open_kb
 from ..embedding import Embedder
 from ..errors import InvalidInputError
-from ..fusion import FUSIONS, RRF_K
+from ..fusion import DEFAULT_FUSION, DEFAULT_WEIGHTS, FUSIONS, RRF_K
 from ..model import MODES
-from ..pipeline import DEFAULT_FUSION, DEFAULT_WEIGHTS
 from ..scoring import ScorePolicy
 from ..store import KnowledgeBase
 from . import metrics
