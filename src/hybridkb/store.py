@@ -29,6 +29,7 @@ from .model import (
     valid_ts,
 )
 from .scoring import ScorePolicy
+from .storage import codec
 from .storage.contract import Backend, Vector
 from .storage.records import (
     META_EMBEDDER,
@@ -210,7 +211,7 @@ class KnowledgeBase:
         dim = self.backend.vector_dim()
         if dim is None and self.embedder is not None:
             dim = self.embedder.dim
-        return validation.check_vector(vector, item_id, dim)
+        return codec.normalized(vector, dim, label=f"item {item_id!r}")
 
     def _write_batch(self, batch: list[tuple[Item, Vector | None]], replace: bool) -> list[str]:
         items = [it for it, _ in batch]
