@@ -35,7 +35,11 @@ class Context:
 
     def kb(self) -> KnowledgeBase:
         if self._kb is None:
-            self._kb = open_kb(self.db, embedder=self.embedder)
+            # A SQLite store's derived indexes show a progress bar when they are (re)built.
+            options: dict[str, Any] = {}
+            if not self.db.startswith(("postgresql:", "postgres:")):
+                options["progress"] = progress_bar
+            self._kb = open_kb(self.db, embedder=self.embedder, **options)
         return self._kb
 
     def close(self) -> None:

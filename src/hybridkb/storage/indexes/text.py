@@ -24,6 +24,7 @@ import tantivy
 from ...model import Filters
 from ...textquery import TextQuery
 from . import text_schema as ts
+from .text_delta import IndexStats
 
 STATE_FILE = "hkb-state.json"
 _WRITER_HEAP = 64_000_000
@@ -38,8 +39,8 @@ class IndexUnusable(Exception):
 _TANTIVY = str(getattr(tantivy, "__version__", "unknown"))
 
 
-def _format() -> dict[str, Any]:
-    return {"schema": ts.SCHEMA_VERSION, "tantivy": _TANTIVY}
+def _format(repeat: int) -> dict[str, Any]:
+    return {"schema": ts.SCHEMA_VERSION, "tantivy": _TANTIVY, "title_repeat": repeat}
 
 
 class TextIndex:
@@ -52,13 +53,15 @@ class TextIndex:
         self.schema = ts.build_schema()
         self.folder = folder
         self._state = state
+        self._avgdl: float | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, folder: Path | None, store_id: str) -> TextIndex:
+    def create(cls, folder: Path | None, store_id: str, *, title_repeat: int = ts.TITLE_REPEAT
+               ) -> TextIndex:
         """A new, empty index (an existing folder is wiped first)."""
-        state = {**_format(), "store": store_id, "seq": 0, "generation": uuid.uuid4().hex}
+        state = {**_format(title_repeat), "store": store_id, "seq": 0, "generation": uuid.uuid4().hex}
         if folder is None:
             return cls(tantivy.Index(ts.build_schema()), None, state)
         if folder.exists():
@@ -69,14 +72,15 @@ class TextIndex:
         return index
 
     @classmethod
-    def open(cls, folder: Path, store_id: str) -> TextIndex:
+    def open(cls, folder: Path, store_id: str, *, title_repeat: int = ts.TITLE_REPEAT) -> TextIndex:
         """The index in `folder`; IndexUnusable when it must be rebuilt."""
         state = read_state(folder)
         if state is None:
             raise IndexUnusable(f"no text index state in {folder}")
-        if {k: state.get(k) for k in _format()} != _format():
-            raise IndexUnusable(f"text index format {state.get('schema')}/{state.get('tantivy')} "
-                                f"is not this version's {ts.SCHEMA_VERSION}/{_TANTIVY}")
+        wanted = _format(title_repeat)
+        if {k: state.get(k) for k in wanted} != wanted:
+            raise IndexUnusable(f"text index format {[state.get(k) for k in wanted]} "
+                                f"is not this version's {list(wanted.values())}")
         if state.get("store") != store_id:
             raise IndexUnusable("text index belongs to another store")
         try:
@@ -86,6 +90,10 @@ class TextIndex:
         except (OSError, ValueError) as exc:
             raise IndexUnusable(f"text index is damaged: {exc}") from exc
         return out
+
+    @property
+    def title_repeat(self) -> int:
+        return int(self._state.get("title_repeat", ts.TITLE_REPEAT))
 
     @property
     def seq(self) -> int:
@@ -109,6 +117,7 @@ class TextIndex:
             if state is not None:
                 self._state = state
         self._index.reload()
+        self._avgdl = None
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -126,7 +135,7 @@ class TextIndex:
             for doc in docs:
                 if not fresh:
                     writer.delete_documents_by_term("rowid", doc.rowid)
-                writer.add_document(ts.to_document(self.schema, doc))
+                writer.add_document(ts.to_document(self.schema, doc, self.title_repeat))
                 added += 1
             writer.commit()
             writer.wait_merging_threads()
@@ -139,21 +148,49 @@ class TextIndex:
         self._state = {**self._state, "seq": int(seq)}
         self._write_state()
         self._index.reload()
+        self._avgdl = None
         return added
 
     # -- reads ----------------------------------------------------------------------------------
 
+    def analyze(self, text: str) -> list[str]:
+        """Text as the index's analyzer tokenizes it."""
+        return list(self._analyzer.analyze(text))
+
+    def stats(self, query: TextQuery) -> IndexStats:
+        """Document count, average body length and document frequencies, for scoring the
+        delta alike. tantivy-py shows the average length only in a score explanation, so
+        one is asked for (of the query's first indexed term) and kept until the next reload."""
+        searcher = self._index.searcher()
+        docs = int(searcher.num_docs)
+        if self._avgdl is None and docs:
+            for term in query.terms:
+                toks = [t for w in term for t in self._analyzer.analyze(w)]
+                if not toks or not searcher.doc_freq("body", toks[0]):
+                    continue
+                q = tantivy.Query.term_query(self.schema, "body", toks[0], index_option="freq")
+                hits = searcher.search(q, 1, count=False).hits
+                if hits:
+                    self._avgdl = _avgdl(json.loads(q.explain(searcher, hits[0][1]).to_json()))
+                    break
+        return IndexStats(docs=docs, avgdl=self._avgdl or 0.0,
+                          doc_freq=lambda tok: int(searcher.doc_freq("body", tok)))
+
     def search(
         self, query: TextQuery, *, corpora: Sequence[str] | None, filters: Filters, now: float,
-        limit: int, rowids: Sequence[int] | None = None,
+        limit: int, rowids: Sequence[int] | None = None, exclude: Sequence[int] = (),
     ) -> list[tuple[int, float]]:
-        """(rowid, BM25 score) best first, ties by rowid; filters applied inside the index."""
+        """(rowid, BM25 score) best first, ties by rowid; filters applied inside the index;
+        `exclude`d rowids (those the delta holds newer versions of) never come back."""
         if limit <= 0 or query.is_empty:
             return []
         terms = ts.term_queries(self.schema, query, self._analyzer.analyze)
         if not terms:
             return []
         clauses = ts.filter_clauses(self.schema, corpora, filters, now, rowids)
+        if exclude:
+            clauses.append((tantivy.Occur.MustNot, tantivy.Query.term_set_query(
+                self.schema, "rowid", [int(r) for r in exclude])))
         searcher = self._index.searcher()
         result = searcher.search(ts.search_query(self.schema, terms, clauses),
                                  min(limit, _MAX_HITS), count=False)
@@ -190,3 +227,15 @@ def read_state(folder: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return state if isinstance(state, dict) and isinstance(state.get("seq"), int) else None
+
+
+def _avgdl(explanation: Any) -> float | None:
+    """The "avgdl" value inside a tantivy score explanation (JSON), if any."""
+    if isinstance(explanation, dict):
+        if str(explanation.get("description", "")).startswith("avgdl"):
+            return float(explanation["value"])
+        for child in explanation.get("details", []) or []:
+            found = _avgdl(child)
+            if found is not None:
+                return found
+    return None

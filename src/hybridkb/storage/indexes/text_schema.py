@@ -86,9 +86,20 @@ def build_schema() -> tantivy.Schema:
     return b.build()
 
 
-def body_of(title: str | None, text: str) -> str:
-    """The one BM25 field: the title twice, then the text."""
-    return f"{title}\n{title}\n{text}" if title else text
+TITLE_REPEAT = 2  # the default BM25 title weight 2 (records.DEFAULT_BM25_WEIGHTS)
+
+
+def title_repeat(weights: tuple[float, float]) -> int:
+    """How often the title is written for (title, text) BM25 weights: their ratio, rounded."""
+    title, text = weights
+    if not (text > 0 and title >= 0):
+        return TITLE_REPEAT
+    return max(0, min(8, round(title / text)))
+
+
+def body_of(title: str | None, text: str, repeat: int = TITLE_REPEAT) -> str:
+    """The one BM25 field: the title `repeat` times, then the text."""
+    return "\n".join([title] * repeat + [text]) if title and repeat else text
 
 
 def _meta_number(value: int | float) -> str | None:
@@ -112,10 +123,10 @@ def meta_token(key: str, value: object) -> str | None:
     return None  # null, lists and objects: json_each never equals a scalar filter value to them
 
 
-def to_document(schema: tantivy.Schema, doc: TextDoc) -> tantivy.Document:
+def to_document(schema: tantivy.Schema, doc: TextDoc, repeat: int = TITLE_REPEAT) -> tantivy.Document:
     fields: dict[str, Any] = {
         "rowid": [doc.rowid],
-        "body": [body_of(doc.title, doc.text)],
+        "body": [body_of(doc.title, doc.text, repeat)],
         "expires": [NEVER if doc.expires_at is None else float(doc.expires_at)],
         "created": [float(doc.created_at)],
         "updated": [float(doc.updated_at)],

@@ -82,7 +82,8 @@ class VectorBase:
             return np.zeros(0, dtype=np.int64)
         pos = np.searchsorted(self.rowids, rowids)
         pos = np.minimum(pos, len(self.rowids) - 1)
-        return pos[self.rowids[pos] == rowids].astype(np.int64)
+        out: npt.NDArray[np.int64] = pos[self.rowids[pos] == rowids].astype(np.int64)
+        return out
 
     def exact(self, query: Vector, positions: npt.NDArray[np.int64] | None) -> tuple[RowIds, Vector]:
         """Cosine similarity of every row (or of `positions`): vectors are stored unit-length."""
@@ -104,7 +105,8 @@ class VectorBase:
 def _unit(matrix: Vector) -> Vector:
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
-    return (matrix / norms).astype(np.float32)
+    out: Vector = (matrix / norms).astype(np.float32)
+    return out
 
 
 def build(
@@ -143,7 +145,6 @@ def build(
         matrix = np.memmap(tmp / "matrix.f32", dtype=np.float32, mode="r", shape=(n, dim))
         graph = Index(ndim=dim, metric="cos", dtype=ANN_DTYPE, connectivity=CONNECTIVITY,
                       expansion_add=EF_ADD, expansion_search=EF_SEARCH)
-        graph.reserve(n)
         step = 10_000
         with progress(n, "vector index: graph") as bar:
             for start in range(0, n, step):

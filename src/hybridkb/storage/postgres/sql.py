@@ -219,7 +219,7 @@ s AS (
     FROM corpus_stats WHERE {stats_in_corpora}
 )
 SELECT m.id, sum(
-    greatest(ln((greatest(s.n, d.df) - d.df + 0.5) / (d.df + 0.5)), 1e-6)
+    ln(1 + (greatest(s.n, d.df) - d.df + 0.5) / (d.df + 0.5))
     * f.tf * ({k1} + 1) / (f.tf + {k1} * (1 - {b} + {b} * m.dl / s.avgdl))) AS score
 FROM f JOIN d USING (ord) JOIN m USING (rowid) CROSS JOIN s
 WHERE m.ok AND f.n > 0

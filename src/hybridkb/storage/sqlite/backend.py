@@ -1,14 +1,15 @@
-"""The embedded dialect: one SQLite file, FTS5 for BM25, sqlite-vec for vectors.
+"""The embedded dialect: one SQLite file, the system of record, with derived indexes beside it.
 
-Items, their FTS5 rows (kept in sync by triggers) and their vectors (a `vec0`
-table) are written in one transaction. Vector search runs over an exact
-in-memory matrix rebuilt from the `vec0` table (see vector_index.py). What both
-dialects do alike (columns, conflict rule, filters, re-embed steps) is in records.py.
+Items and their vectors (a sqlite-vec `vec0` table) are written in one transaction;
+triggers number every committed write in the `changes` log (migration 002). BM25 runs
+on a tantivy index in `<file>.idx/text/` that catches up from that log before each
+search (storage/indexes/). Vector search runs over an exact in-memory matrix rebuilt
+from the `vec0` table (see vector_index.py). What both dialects do alike (columns,
+conflict rule, filters, re-embed steps) is in records.py.
 """
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -19,21 +20,21 @@ import numpy as np
 
 from ...errors import BackendUnavailableError, InvalidInputError, StoreError
 from ...model import Item, StoredItem
+from ...progress import ProgressFactory, no_progress
 from ...textquery import TextQuery
 from .. import codec, records
 from ..contract import ScoredIds, SearchArea, Vector
+from ..indexes.sync import TextIndexSync
+from ..indexes.text_schema import title_repeat
 from ..records import DEFAULT_BM25_WEIGHTS, META_PENDING_VECTOR_DIM, META_VECTOR_DIM
 from . import driver as sqlite_driver
+from .changes import SQLiteChanges
 from .vector_index import VectorIndex
 
 __all__ = ["BUSY_TIMEOUT_S", "DEFAULT_BM25_WEIGHTS", "SQLiteBackend", "filter_sql", "open_sqlite"]
 
 BUSY_TIMEOUT_S = 30.0
 _MAX_VARS = 500  # stay under SQLITE_MAX_VARIABLE_NUMBER on old builds
-# text_search fetches this many best-scored FTS rows per wanted row (divided by the
-# searched corpora's share of the store) before filtering them; past the cap it filters in SQL.
-_FTS_OVERFETCH = 4
-_FTS_OVERFETCH_MAX = 4000
 
 _ITEM_COLUMNS = ", ".join(records.ITEM_COLUMNS)
 _SET_META = records.set_meta_sql("?")
@@ -127,7 +128,8 @@ class SQLiteBackend:
     """One SQLite file (or ":memory:"). Thread-safe through one lock per store."""
 
     def __init__(self, path: str | Path, *, bm25_weights: tuple[float, float] = DEFAULT_BM25_WEIGHTS,
-                 cache_mb: int = 64) -> None:
+                 cache_mb: int = 64, index_dir: str | Path | None = None,
+                 progress: ProgressFactory = no_progress) -> None:
         self.path = str(path)
         self.url = self.path
         self.bm25_weights = bm25_weights
@@ -153,6 +155,15 @@ class SQLiteBackend:
             raise StoreError(f"cannot open SQLite store {self.path!r}: {exc}") from exc
         self._index: VectorIndex | None = None
         self._index_version: int | None = None
+        # Derived indexes live in `<file>.idx/` (in memory for ":memory:").
+        folder = None
+        if self.path != ":memory:":
+            folder = Path(index_dir) if index_dir else Path(self.path).expanduser().resolve().with_name(
+                Path(self.path).name + ".idx")
+        self.index_dir = folder
+        self._changes = SQLiteChanges(self._read, self.get_meta("store_id") or "")
+        self._text = TextIndexSync(None if folder is None else folder / "text", self._changes, progress,
+                                   title_repeat=title_repeat(bm25_weights))
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -189,6 +200,7 @@ class SQLiteBackend:
                 raise InvalidInputError(f"a value cannot be used in a query: {exc}") from exc
 
     def close(self) -> None:
+        self._text.close()
         with self._lock:
             self._conn.close()
 
@@ -420,62 +432,32 @@ class SQLiteBackend:
     # -- retrieval ------------------------------------------------------------------------------
 
     def text_search(self, query: TextQuery, area: SearchArea, limit: int) -> ScoredIds:
-        match = query.fts5()
-        if match is None or limit <= 0:
+        """BM25 from the tantivy index, caught up with the change log first; filters run
+        inside the index. Rowids are mapped back to ids here (an item deleted since the
+        index caught up is dropped)."""
+        if query.is_empty or limit <= 0:
             return []
-        wt, wx = self.bm25_weights
-        bm25 = f"bm25(items_fts, {float(wt)!r}, {float(wx)!r})"
-        if not area.filters.needs_row_filter:
-            found = self._text_search_best_first(match, bm25, area, limit)
-            if found is not None:
-                return found
-        where, params = filter_sql(area)
-        sql = (
-            f"SELECT i.id, {bm25} AS s "
-            f"FROM items_fts JOIN items i ON i.rowid = items_fts.rowid "
-            f"WHERE items_fts MATCH ? AND {where} ORDER BY s, i.id LIMIT ?"
-        )
-        rows = self._read(sql, [match, *params, limit])
-        return [(r[0], -float(r[1])) for r in rows]
+        index, delta = self._text.view()
+        top = index.search(query, corpora=area.corpora, filters=area.filters, now=area.now,
+                           limit=limit, exclude=delta.rowids)
+        live = delta.live_rowids()
+        if live:  # writes the index does not hold yet: filtered here, scored like the index would
+            where, params = filter_sql(area)
+            allowed: set[int] = set()
+            for chunk in _chunks(live):
+                allowed.update(r[0] for r in self._read(
+                    f"SELECT i.rowid FROM items i WHERE i.rowid IN ({_marks(len(chunk))}) AND {where}",
+                    [*chunk, *params]))
+            extra = delta.search(query, index.analyze, index.stats(query), allowed)
+            top = sorted(top + extra, key=lambda p: (-p[1], p[0]))[:limit]
+        return self._ids_of(top)
 
-    def _text_search_best_first(
-        self, match: str, bm25: str, area: SearchArea, limit: int,
-    ) -> ScoredIds | None:
-        """The joined query's answer from the best-scored FTS rows alone, or None.
-
-        FTS5 scores every matching row either way; joining each one to its item (to
-        filter it and read its id) is what costs, several times the scoring. So take the
-        best `fetch` rows by score, filter just those, and keep the ones scoring strictly
-        better than the last fetched row: every matching row scoring better than that is
-        among them. When at least `limit` survive, they are exactly the joined query's
-        first rows (same order: score, then id); otherwise the caller runs that query.
-        """
-        counts = self.corpora()
-        total = max(1, sum(counts.values()))
-        searched = total if area.corpora is None else sum(counts.get(c, 0) for c in area.corpora)
-        share = searched / total
-        if share <= 0:
-            return None
-        fetch = math.ceil(_FTS_OVERFETCH * limit / share)
-        if fetch > _FTS_OVERFETCH_MAX:
-            return None  # the corpora are a small share of the store: filter inside the query
-        rows = self._read(
-            f"SELECT rowid, {bm25} AS s FROM items_fts WHERE items_fts MATCH ? ORDER BY s LIMIT ?",
-            [match, fetch])
-        complete = len(rows) < fetch  # every matching row was fetched
-        if not complete:
-            worst = rows[-1][1]
-            rows = [r for r in rows if r[1] < worst]
-        where, params = filter_sql(area)
+    def _ids_of(self, top: list[tuple[int, float]]) -> ScoredIds:
         ids: dict[int, str] = {}
-        for chunk in _chunks([r[0] for r in rows]):
-            ids.update(self._read(
-                f"SELECT i.rowid, i.id FROM items i WHERE i.rowid IN ({_marks(len(chunk))}) "
-                f"AND {where}", [*chunk, *params]))
-        best = sorted((s, ids[rowid]) for rowid, s in rows if rowid in ids)
-        if len(best) < limit and not complete:
-            return None
-        return [(item_id, -float(s)) for s, item_id in best[:limit]]
+        for chunk in _chunks([r for r, _ in top]):
+            ids.update(self._read(f"SELECT rowid, id FROM items WHERE rowid IN ({_marks(len(chunk))})",
+                                  chunk))
+        return [(ids[r], s) for r, s in top if r in ids]
 
     def substring_search(self, words: Sequence[str], area: SearchArea, limit: int) -> ScoredIds:
         if not words or limit <= 0:
@@ -545,22 +527,10 @@ class SQLiteBackend:
     # -- maintenance ----------------------------------------------------------------------------
 
     def integrity_problems(self) -> list[str]:
-        """SQLite's and FTS5's integrity checks, and items / FTS rows / vectors agreeing by rowid.
-
-        The FTS index is compared through its `docsize` shadow table: a scan of an
-        external-content FTS5 table reads the content table, so counting it proves nothing.
-        """
+        """SQLite's integrity check, items and vectors agreeing by rowid, and the text index
+        usable and (once caught up with the log) holding exactly the items."""
         problems = [f"sqlite: {r[0]}" for r in self._read("PRAGMA integrity_check") if r[0] != "ok"]
-        try:
-            self._read("INSERT INTO items_fts (items_fts, rank) VALUES ('integrity-check', 1)")
-        except StoreError as exc:
-            problems.append(f"fts integrity-check: {exc}")
-        checks: list[tuple[str, str]] = [
-            ("FTS rows without an item",
-             "SELECT count(*) FROM items_fts_docsize WHERE id NOT IN (SELECT rowid FROM items)"),
-            ("items without an FTS row",
-             "SELECT count(*) FROM items WHERE rowid NOT IN (SELECT id FROM items_fts_docsize)"),
-        ]
+        checks: list[tuple[str, str]] = []
         if self.vector_dim() is not None:
             checks += records.vector_checks("vec_items")
         for label, sql in checks:
@@ -571,7 +541,19 @@ class SQLiteBackend:
                 continue
             if n:
                 problems.append(f"{n} {label}")
+        problems += self._text.problems()
+        if not problems:
+            indexed = set(self._text.current().all_rowids())
+            items = set(self._changes.item_rowids())
+            if indexed - items:
+                problems.append(f"{len(indexed - items)} text index documents without an item")
+            if items - indexed:
+                problems.append(f"{len(items - indexed)} items missing from the text index")
         return problems
+
+    def rebuild_indexes(self) -> None:
+        """Rebuild every derived index from the items (what `check --repair` does)."""
+        self._text.rebuild_now()
 
 
 def open_sqlite(path: str | Path, **options: Any) -> SQLiteBackend:

@@ -1,0 +1,129 @@
+"""The SQLite side of the derived indexes: the change log and the items read as documents.
+
+The `changes` table (migration 002) is filled by triggers in the same transaction as the
+write, so a committed write always has its sequence number and a rolled-back one never
+does. This module only reads it (and prunes what every index has passed).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import codec
+from ..indexes.text_schema import TextDoc
+
+Read = Callable[[str, Sequence[Any]], list[Any]]
+
+_MAX_VARS = 500
+_DOC_COLUMNS = ("rowid, title, text, corpus, kind, scope, repo, namespace, metadata, created_at, "
+                "updated_at, expires_at, stale")
+_TEXT_OPS = "('i', 'u', 'd')"
+_VECTOR_OPS = "('i', 'v', 'd')"
+
+
+def _doc(row: Sequence[Any]) -> TextDoc:
+    try:
+        metadata = json.loads(row[8] or "{}")
+    except ValueError:
+        metadata = {}
+    return TextDoc(
+        rowid=int(row[0]), title=row[1], text=row[2] or "", corpus=row[3], kind=row[4], scope=row[5],
+        repo=row[6], namespace=row[7], metadata=metadata if isinstance(metadata, dict) else {},
+        created_at=float(row[9] or 0.0), updated_at=float(row[10] or 0.0),
+        expires_at=row[11], stale=bool(row[12]))
+
+
+class SQLiteChanges:
+    """indexes.sync.ChangeSource over one SQLite store (reads through the backend's lock)."""
+
+    def __init__(self, read: Read, store_id: str) -> None:
+        self._read = read
+        self.store_id = store_id
+
+    def log_bounds(self) -> tuple[int, int]:
+        oldest, head = self._read(
+            "SELECT (SELECT min(seq) FROM changes), "
+            "(SELECT seq FROM sqlite_sequence WHERE name = 'changes')", ())[0]
+        head = int(head or 0)
+        return (int(oldest) if oldest is not None else head + 1), head
+
+    def _changed(self, ops: str, seq: int, limit: int) -> tuple[list[tuple[int, int]], int]:
+        _, head = self.log_bounds()
+        rows = self._read(
+            f"SELECT seq, item_rowid FROM changes WHERE seq > ? AND seq <= ? AND op IN {ops} "
+            f"ORDER BY seq LIMIT ?", (seq, head, limit))
+        reached = int(rows[-1][0]) if len(rows) == limit else head
+        return [(int(r[0]), int(r[1])) for r in rows], reached
+
+    def changed_since(self, seq: int, limit: int) -> tuple[list[int], int]:
+        pairs, reached = self.text_changes(seq, limit)
+        return list(dict.fromkeys(r for _, r in pairs)), reached
+
+    def text_changes(self, seq: int, limit: int) -> tuple[list[tuple[int, int]], int]:
+        return self._changed(_TEXT_OPS, seq, limit)
+
+    def vector_changes(self, seq: int, limit: int) -> tuple[list[tuple[int, int]], int]:
+        return self._changed(_VECTOR_OPS, seq, limit)
+
+    def text_docs(self, rowids: Sequence[int]) -> list[TextDoc]:
+        docs: list[TextDoc] = []
+        for i in range(0, len(rowids), _MAX_VARS):
+            chunk = list(rowids[i : i + _MAX_VARS])
+            docs.extend(_doc(r) for r in self._read(
+                f"SELECT {_DOC_COLUMNS} FROM items WHERE rowid IN ({','.join('?' * len(chunk))})",
+                chunk))
+        return docs
+
+    def item_count(self) -> int:
+        return int(self._read("SELECT count(*) FROM items", ())[0][0])
+
+    def iter_text_docs(self, batch_size: int) -> Iterator[list[TextDoc]]:
+        last = 0
+        while True:
+            rows = self._read(f"SELECT {_DOC_COLUMNS} FROM items WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                              (last, batch_size))
+            if not rows:
+                return
+            last = int(rows[-1][0])
+            yield [_doc(r) for r in rows]
+
+    def item_rowids(self) -> list[int]:
+        return [int(r[0]) for r in self._read("SELECT rowid FROM items ORDER BY rowid", ())]
+
+    # -- vectors --------------------------------------------------------------------------------
+
+    def vectors(self, rowids: Sequence[int], dim: int) -> tuple[np.ndarray[Any, Any], codec.Vector]:
+        """(rowids that have a vector, their vectors), ascending by rowid."""
+        found: list[tuple[int, bytes]] = []
+        for i in range(0, len(rowids), _MAX_VARS):
+            chunk = [int(r) for r in rowids[i : i + _MAX_VARS]]
+            found.extend(self._read(
+                f"SELECT rowid, embedding FROM vec_items WHERE rowid IN ({','.join('?' * len(chunk))})",
+                chunk))
+        found.sort()
+        return (np.array([r for r, _ in found], dtype=np.int64),
+                codec.matrix_from_blobs([b for _, b in found], dim))
+
+    def iter_vectors(self, dim: int, batch_size: int = 4096
+                     ) -> Iterator[tuple[np.ndarray[Any, Any], codec.Vector]]:
+        last = 0
+        while True:
+            rows = self._read("SELECT rowid, embedding FROM vec_items WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                              (last, batch_size))
+            if not rows:
+                return
+            last = int(rows[-1][0])
+            yield (np.array([r[0] for r in rows], dtype=np.int64),
+                   codec.matrix_from_blobs([r[1] for r in rows], dim))
+
+    def vector_count(self) -> int:
+        return int(self._read("SELECT count(*) FROM items WHERE embedded_hash IS NOT NULL", ())[0][0])
+
+
+def prune(conn: Any, through: int) -> int:
+    """Drop log rows every derived index has passed (inside the caller's write transaction)."""
+    return int(conn.execute("DELETE FROM changes WHERE seq <= ?", (int(through),)).rowcount)
