@@ -3,13 +3,14 @@
 Items and their vectors (a sqlite-vec `vec0` table) are written in one transaction;
 triggers number every committed write in the `changes` log (migration 002). BM25 runs
 on a tantivy index in `<file>.idx/text/` that catches up from that log before each
-search (storage/indexes/). Vector search runs over an exact in-memory matrix rebuilt
-from the `vec0` table (see vector_index.py). What both dialects do alike (columns,
-conflict rule, filters, re-embed steps) is in records.py.
+search, and vectors on a memory-mapped base generation (an HNSW graph past a size) plus
+an exact delta of later writes, in `<file>.idx/vectors/` (storage/indexes/). What both
+dialects do alike (columns, conflict rule, filters, re-embed steps) is in records.py.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -26,10 +27,10 @@ from .. import codec, records
 from ..contract import ScoredIds, SearchArea, Vector
 from ..indexes.sync import TextIndexSync
 from ..indexes.text_schema import title_repeat
+from ..indexes.vectors import ANN_MODES, VectorIndexSync, knn
 from ..records import DEFAULT_BM25_WEIGHTS, META_PENDING_VECTOR_DIM, META_VECTOR_DIM
 from . import driver as sqlite_driver
 from .changes import SQLiteChanges
-from .vector_index import VectorIndex
 
 __all__ = ["BUSY_TIMEOUT_S", "DEFAULT_BM25_WEIGHTS", "SQLiteBackend", "filter_sql", "open_sqlite"]
 
@@ -129,10 +130,13 @@ class SQLiteBackend:
 
     def __init__(self, path: str | Path, *, bm25_weights: tuple[float, float] = DEFAULT_BM25_WEIGHTS,
                  cache_mb: int = 64, index_dir: str | Path | None = None,
-                 progress: ProgressFactory = no_progress) -> None:
+                 progress: ProgressFactory = no_progress, vector_ann: str | None = None) -> None:
         self.path = str(path)
         self.url = self.path
         self.bm25_weights = bm25_weights
+        ann = vector_ann or os.environ.get("HYBRIDKB_VECTOR_ANN", "auto")
+        if ann not in ANN_MODES:
+            raise InvalidInputError(f"vector_ann must be one of {', '.join(ANN_MODES)}, not {ann!r}")
         if self.path != ":memory:":
             parent = Path(self.path).expanduser().resolve().parent
             if not parent.is_dir():
@@ -153,17 +157,19 @@ class SQLiteBackend:
                 sqlite_driver.migrate(conn)
         except self._database_error as exc:
             raise StoreError(f"cannot open SQLite store {self.path!r}: {exc}") from exc
-        self._index: VectorIndex | None = None
-        self._index_version: int | None = None
         # Derived indexes live in `<file>.idx/` (in memory for ":memory:").
         folder = None
         if self.path != ":memory:":
             folder = Path(index_dir) if index_dir else Path(self.path).expanduser().resolve().with_name(
                 Path(self.path).name + ".idx")
         self.index_dir = folder
-        self._changes = SQLiteChanges(self._read, self.get_meta("store_id") or "")
+        self._changes = SQLiteChanges(self._read, self._write, self.get_meta("store_id") or "")
         self._text = TextIndexSync(None if folder is None else folder / "text", self._changes, progress,
                                    title_repeat=title_repeat(bm25_weights))
+        # "auto": an HNSW graph past vector_base.ANN_MIN_ROWS, built in the background;
+        # "on" / "off" force it (the eval runs both); HYBRIDKB_VECTOR_ANN sets the default.
+        self._vectors = VectorIndexSync(None if folder is None else folder / "vectors", self._changes,
+                                        ann=ann, progress=progress)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -201,6 +207,7 @@ class SQLiteBackend:
 
     def close(self) -> None:
         self._text.close()
+        self._vectors.close()
         with self._lock:
             self._conn.close()
 
@@ -252,7 +259,6 @@ class SQLiteBackend:
     def finish_reembed(self, model_id: str, dim: int) -> int:
         with self._write() as conn:
             moved = records.finish_reembed(_Tables(conn), model_id, dim)
-        self._index = None
         return moved
 
     def cancel_reembed(self) -> None:
@@ -291,26 +297,6 @@ class SQLiteBackend:
             raise StoreError(f"write failed: {exc}") from exc
         except (UnicodeEncodeError, OverflowError) as exc:
             raise InvalidInputError(f"a value cannot be stored: {exc}") from exc
-        self._after_write(written, stale_vectors)
-
-    def _after_write(self, written: list[tuple[int, Item, Vector | None]], dropped: list[int]) -> None:
-        """Apply our own committed write to the vector cache instead of rebuilding it."""
-        if self._index is None:
-            return
-        with self._lock:
-            if self._index_version != self._data_version():
-                self._index = None
-                return
-            with_vec = [(r, i, v) for r, i, v in written if v is not None]
-            if with_vec:
-                self._index.upsert([r for r, _, _ in with_vec], [v for _, _, v in with_vec if v is not None],
-                                   [i.corpus for _, i, _ in with_vec],
-                                   [i.expires_at for _, i, _ in with_vec],
-                                   [i.stale for _, i, _ in with_vec])
-            for rowid, item, vec in written:
-                if vec is None:
-                    self._index.update_attrs(rowid, item.corpus, item.expires_at, item.stale)
-            self._index.delete(dropped)
 
     def write_vectors(
         self, ids: Sequence[str], vectors: Sequence[Vector], content_hashes: Sequence[str],
@@ -332,7 +318,6 @@ class SQLiteBackend:
                              (rowid, codec.to_blob(vec)))
                 written.append((rowid, Item(text="", id=item_id, corpus=row[1], expires_at=row[2],
                                             stale=bool(row[3])), vec))
-        self._after_write(written, [])
         return len(written)
 
     def delete(self, ids: Sequence[str]) -> int:
@@ -346,8 +331,6 @@ class SQLiteBackend:
             if removed and self.vector_dim() is not None:
                 for chunk in _chunks(removed):
                     conn.execute(f"DELETE FROM vec_items WHERE rowid IN ({_marks(len(chunk))})", chunk)
-        if self._index is not None:
-            self._index.delete(removed)
         return len(removed)
 
     def touch(self, ids: Sequence[str], now: float) -> None:
@@ -473,56 +456,45 @@ class SQLiteBackend:
         return [(r[0], float(r[1])) for r in rows]
 
     def vector_search(self, vector: Vector, area: SearchArea, limit: int) -> ScoredIds:
+        """Cosine KNN over the vector index (base + delta, storage/indexes/vectors.py). A filter
+        beyond corpus / expiry / staleness, or corpora holding under half the store, is an
+        exact scan of the filter's rows; otherwise the graph's candidates are checked here."""
         dim = self.vector_dim()
         if dim is None or limit <= 0:
             return []
         query = codec.query(vector, dim)
-        if query is None:
+        norm = 0.0 if query is None else float(np.linalg.norm(query))
+        if query is None or norm == 0.0:
             return []
-        index = self._vector_index(dim)
-        allowed = None
-        if area.filters.needs_row_filter:
-            where, params = filter_sql(area)
-            allowed = np.array([r[0] for r in self._read(
-                f"SELECT i.rowid FROM items i WHERE {where}", params)], dtype=np.int64)
-        f = area.filters
-        top = index.search(query, corpora=area.corpora, now=area.now, limit=limit,
-                           include_expired=f.include_expired, include_stale=f.include_stale,
-                           allowed=allowed)
-        if not top:
-            return []
-        ids = dict(self._read(
-            f"SELECT rowid, id FROM items WHERE rowid IN ({_marks(len(top))})", [r for r, _ in top]))
-        return [(ids[r], s) for r, s in top if r in ids]
+        query = np.asarray(query / norm, dtype=np.float32)  # scores are cosines, graph or scan
+        base, delta = self._vectors.view(dim)
+        where, params = filter_sql(area)
+
+        def all_rows() -> list[int]:
+            return [r[0] for r in self._read(f"SELECT i.rowid FROM items i WHERE {where}", params)]
+
+        def check(rowids: list[int]) -> set[int]:
+            ok: set[int] = set()
+            for chunk in _chunks(rowids):
+                ok.update(r[0] for r in self._read(
+                    f"SELECT i.rowid FROM items i WHERE i.rowid IN ({_marks(len(chunk))}) AND {where}",
+                    [*chunk, *params]))
+            return ok
+
+        rows = None
+        if area.filters.needs_row_filter or self._small_share(area):
+            rows = np.asarray(sorted(all_rows()), dtype=np.int64)
+        top = knn(base, delta, query, limit, rows=rows, check=check, all_rows=all_rows)
+        return self._ids_of(top)
+
+    def _small_share(self, area: SearchArea) -> bool:
+        if area.corpora is None:
+            return False
+        counts = self.corpora()
+        return sum(counts.get(c, 0) for c in area.corpora) < 0.5 * sum(counts.values())
 
     def _data_version(self) -> int:
         return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
-
-    def _vector_index(self, dim: int) -> VectorIndex:
-        """The cached matrix; rebuilt when another connection has committed since."""
-        with self._lock:
-            version = self._data_version()
-            if self._index is not None and self._index_version == version:
-                return self._index
-            index = VectorIndex(dim)
-            cursor = self._conn.execute(
-                "SELECT v.rowid, v.embedding, i.corpus, i.expires_at, i.stale "
-                "FROM vec_items v JOIN items i ON i.rowid = v.rowid")
-            rowids: list[int] = []
-            blocks: list[Vector] = []
-            corpora: list[str] = []
-            expires: list[float | None] = []
-            stale: list[bool] = []
-            while batch := cursor.fetchmany(4096):
-                rowids.extend(r[0] for r in batch)
-                blocks.append(codec.matrix_from_blobs([r[1] for r in batch], dim))
-                corpora.extend(r[2] for r in batch)
-                expires.extend(r[3] for r in batch)
-                stale.extend(bool(r[4]) for r in batch)
-            matrix = np.concatenate(blocks) if blocks else codec.matrix_from_blobs([], dim)
-            index.load(rowids, matrix, corpora, expires, stale)
-            self._index, self._index_version = index, version
-            return index
 
     # -- maintenance ----------------------------------------------------------------------------
 
@@ -542,6 +514,7 @@ class SQLiteBackend:
             if n:
                 problems.append(f"{n} {label}")
         problems += self._text.problems()
+        problems += self._vectors.problems(self.vector_dim())
         if not problems:
             indexed = set(self._text.current().all_rowids())
             items = set(self._changes.item_rowids())
@@ -554,12 +527,15 @@ class SQLiteBackend:
     def rebuild_indexes(self) -> None:
         """Rebuild every derived index from the items (what `check --repair` does)."""
         self._text.rebuild_now()
+        dim = self.vector_dim()
+        if dim is not None:
+            self._vectors.build_now(dim)
 
 
 def open_sqlite(path: str | Path, **options: Any) -> SQLiteBackend:
     try:
         return SQLiteBackend(path, **options)
-    except BackendUnavailableError:
+    except (BackendUnavailableError, InvalidInputError):
         raise
     except (OSError, ValueError) as exc:
         raise StoreError(f"cannot open SQLite store {path!r}: {exc}") from exc

@@ -40,9 +40,21 @@ def _doc(row: Sequence[Any]) -> TextDoc:
 class SQLiteChanges:
     """indexes.sync.ChangeSource over one SQLite store (reads through the backend's lock)."""
 
-    def __init__(self, read: Read, store_id: str) -> None:
+    def __init__(self, read: Read, write: Callable[[], Any], store_id: str) -> None:
         self._read = read
+        self._write = write  # the backend's write transaction (a context manager)
         self.store_id = store_id
+
+    def published(self, name: str) -> tuple[str, int, int] | None:
+        rows = self._read("SELECT generation, seq, dim FROM derived_indexes WHERE name = ?", (name,))
+        return (str(rows[0][0]), int(rows[0][1]), int(rows[0][2])) if rows else None
+
+    def publish(self, name: str, generation: str, seq: int, dim: int) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO derived_indexes (name, generation, seq, dim) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET generation = excluded.generation, "
+                "seq = excluded.seq, dim = excluded.dim", (name, generation, int(seq), int(dim)))
 
     def log_bounds(self) -> tuple[int, int]:
         oldest, head = self._read(

@@ -33,3 +33,12 @@ DROP TABLE IF EXISTS items_fts;
 -- never answers from another store's index.
 INSERT INTO meta (key, value) VALUES ('store_id', lower(hex(randomblob(16))))
     ON CONFLICT (key) DO NOTHING;
+
+-- Derived indexes published as files (the vector base): which generation is current and
+-- the change-log sequence it reflects. Readers compare it before each search.
+CREATE TABLE derived_indexes (
+    name       TEXT PRIMARY KEY,
+    generation TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    dim        INTEGER NOT NULL
+);
