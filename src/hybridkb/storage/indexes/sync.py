@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -33,6 +34,7 @@ CATCH_UP_BATCH = 20_000
 REBUILD_SHARE = 0.5
 # Pending rowids a search scores itself (text_delta.py) before it waits for a commit.
 DELTA_MAX = 2_000
+COMMIT_INTERVAL_S = 0.5  # background commits of one process at most this often
 
 
 class ChangeSource(Protocol):
@@ -98,6 +100,7 @@ class TextIndexSync:
         self._delta = TextDelta()
         self._worker: threading.Thread | None = None
         self._closed = False
+        self._last_commit = 0.0
         self.rebuilds = 0  # how many rebuilds this process ran (for tests and `check`)
 
     @property
@@ -128,10 +131,13 @@ class TextIndexSync:
         """The committed index and the delta of later writes, together every committed write."""
         with self._lock:
             index = self._usable()
-            delta = self._delta
+            _, head = self.source.log_bounds()
+            if self._delta.base_seq == index.seq and self._delta.seq >= head:
+                return index, self._delta
+            delta = self._delta.copy()  # searches already holding the old one keep it as it is
+            self._delta = delta
             if delta.base_seq != index.seq:
                 delta.rebase(index.seq)
-            _, head = self.source.log_bounds()
             while delta.seq < head:
                 changes, reached = self.source.text_changes(delta.seq, DELTA_MAX + 1)
                 if len(delta) + len(changes) > DELTA_MAX:
@@ -197,7 +203,9 @@ class TextIndexSync:
         while True:
             _oldest, head = self.source.log_bounds()
             if index.seq >= head:
-                self._delta.rebase(index.seq)
+                delta = self._delta.copy()
+                delta.rebase(index.seq)
+                self._delta = delta
                 return index
             rowids, reached = self.source.changed_since(index.seq, CATCH_UP_BATCH)
             if len(rowids) > 1000 and len(rowids) > REBUILD_SHARE * max(1, self.source.item_count()):
@@ -213,21 +221,38 @@ class TextIndexSync:
         self._worker = threading.Thread(target=self._work, name="hybridkb-text-index", daemon=True)
         self._worker.start()
 
+    def kick(self) -> None:
+        """After a write: fold it into the index in the background, so searches find a small
+        delta. Only an index that exists is updated this way; a missing one is built by
+        the next search (with its progress bar), never behind a writer's back."""
+        if self.background:
+            self._start_worker()
+
     def _work(self) -> None:
         """Background: fold the delta into the index. Searches go on meanwhile (tantivy's
         commit releases the GIL); a failure here only leaves the delta for the next try."""
         with contextlib.suppress(Exception), self._exclusive():
-            index = self._index
-            if index is None or self._closed:
-                return
-            while not self._closed:
-                _, head = self.source.log_bounds()
-                if index.seq >= head:
+            with self._lock:
+                index = self._index if self._index is not None else self._open()
+                if index is None or self._closed:
                     return
+                if self._index is None:
+                    self._index = index
+                    self._delta = TextDelta(base_seq=index.seq, seq=index.seq)
+            while not self._closed:
+                oldest, head = self.source.log_bounds()
+                if index.seq >= head or index.seq < oldest - 1:
+                    return
+                # A commit costs ~100 ms however small: under a stream of writes, wait a little
+                # so one commit takes many of them (searches meanwhile read the delta).
+                if time.monotonic() - self._last_commit < COMMIT_INTERVAL_S:
+                    time.sleep(COMMIT_INTERVAL_S)
+                    continue
                 rowids, reached = self.source.changed_since(index.seq, CATCH_UP_BATCH)
                 docs = self.source.text_docs(rowids)
                 present = {d.rowid for d in docs}
                 index.apply(docs, [r for r in rowids if r not in present], reached)
+                self._last_commit = time.monotonic()
 
     def close(self, timeout: float = 30.0) -> None:
         """Let a running background commit finish (its work is kept), start no other."""

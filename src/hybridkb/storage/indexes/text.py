@@ -145,10 +145,12 @@ class TextIndex:
             raise
         finally:
             del writer  # drops tantivy's writer lock for other processes
-        self._state = {**self._state, "seq": int(seq)}
-        self._write_state()
+        # Reload before the new sequence shows: a search that sees the sequence (and drops
+        # those writes from its delta) must also see the commit.
         self._index.reload()
         self._avgdl = None
+        self._state = {**self._state, "seq": int(seq)}
+        self._write_state()
         return added
 
     # -- reads ----------------------------------------------------------------------------------

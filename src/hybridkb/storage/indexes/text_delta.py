@@ -49,6 +49,10 @@ class TextDelta:
     def __len__(self) -> int:
         return len(self.docs)
 
+    def copy(self) -> TextDelta:
+        """A copy to change: a search keeps the delta it was given, unchanged."""
+        return TextDelta(self.base_seq, self.seq, dict(self.docs))
+
     def rebase(self, base_seq: int) -> None:
         """The index now holds everything through `base_seq`: forget what it covers."""
         if base_seq <= self.base_seq:

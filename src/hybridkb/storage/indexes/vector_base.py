@@ -2,10 +2,12 @@
 
 A generation folder holds the item vectors as a float32 matrix in rowid order
 (`matrix.f32`, memory-mapped: exact scans over a filter's rows gather just those
-pages), the rowids (`rowids.i64`) and, past `ANN_MIN_ROWS`, a usearch HNSW graph
-(`ann.usearch`, f16, opened as a memory-mapped view). Nothing is loaded whole: opening
-a generation maps three files. A generation is built in a temporary folder and
-published by renaming it into place; the store then records it (see vectors.py).
+pages), the rowids (`rowids.i64`), the attributes the default filters test (corpus
+code, expiry, staleness: masks, so the common search needs no SQL) and, past
+`ANN_MIN_ROWS`, a usearch HNSW graph (`ann.usearch`, f16, opened as a memory-mapped
+view). Nothing is loaded whole: opening a generation maps its files. A generation is
+built in a temporary folder and published by renaming it into place; the store then
+records it (see vectors.py).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from ...progress import ProgressFactory, no_progress
 Vector = npt.NDArray[np.float32]
 RowIds = npt.NDArray[np.int64]
 
-FORMAT = 1
+FORMAT = 2
 # Below this many vectors a base keeps no graph: an exact scan of the mapped matrix is
 # fast enough (about 2.5 ms at 20k x 384 on our 2-core machines) and exact.
 ANN_MIN_ROWS = 30_000
@@ -42,6 +44,37 @@ class BaseUnusable(Exception):
     """A generation folder is missing or damaged."""
 
 
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Rows for a build or the delta: ascending rowids, unit vectors and filter attributes."""
+
+    rowids: RowIds
+    vectors: Vector
+    corpora: list[str]
+    expires: npt.NDArray[np.float64]  # +inf: never
+    stale: npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """The default filters as masks: corpora (None: all), the clock, and what to include."""
+
+    corpora: tuple[str, ...] | None
+    now: float
+    include_expired: bool
+    include_stale: bool
+
+    def mask(self, corpora: Any, expires: Any, stale: Any) -> npt.NDArray[np.bool_]:
+        keep = np.ones(len(expires), dtype=bool)
+        if self.corpora is not None:
+            keep &= np.isin(corpora, list(self.corpora))
+        if not self.include_expired:
+            keep &= np.asarray(expires) > self.now
+        if not self.include_stale:
+            keep &= ~np.asarray(stale, dtype=bool)
+        return keep
+
+
 @dataclass(slots=True)
 class VectorBase:
     folder: Path
@@ -50,6 +83,24 @@ class VectorBase:
     rowids: RowIds
     matrix: npt.NDArray[np.float32]
     ann: Any | None  # usearch.index.Index view
+    corpus_codes: npt.NDArray[np.int32]
+    corpus_names: list[str]
+    expires: npt.NDArray[np.float64]
+    stale: npt.NDArray[np.uint8]
+
+    def allowed(self, wanted: Wanted, positions: npt.NDArray[np.int64] | None = None
+                ) -> npt.NDArray[np.bool_]:
+        """Which rows (all, or those at `positions`) the default filters keep."""
+        sel: Any = slice(None) if positions is None else positions
+        codes = None
+        if wanted.corpora is not None:
+            names = {c: i for i, c in enumerate(self.corpus_names)}
+            codes = [names[c] for c in wanted.corpora if c in names]
+        clock = Wanted(None, wanted.now, wanted.include_expired, wanted.include_stale)
+        keep: npt.NDArray[np.bool_] = clock.mask(None, self.expires[sel], self.stale[sel])
+        if codes is not None:
+            keep &= np.isin(self.corpus_codes[sel], codes)
+        return keep
 
     @classmethod
     def open(cls, folder: Path, *, with_ann: bool = True) -> VectorBase:
@@ -58,10 +109,16 @@ class VectorBase:
             if meta.get("format") != FORMAT:
                 raise BaseUnusable(f"vector base format {meta.get('format')} is not {FORMAT}")
             n, dim = int(meta["n"]), int(meta["dim"])
-            rowids = np.memmap(folder / "rowids.i64", dtype=np.int64, mode="r", shape=(n,)) if n else \
-                np.zeros(0, dtype=np.int64)
-            matrix = np.memmap(folder / "matrix.f32", dtype=np.float32, mode="r", shape=(n, dim)) if n \
-                else np.zeros((0, dim), dtype=np.float32)
+
+            def mapped(name: str, dtype: Any, shape: tuple[int, ...]) -> Any:
+                return np.memmap(folder / name, dtype=dtype, mode="r", shape=shape) if n else \
+                    np.zeros(shape, dtype=dtype)
+
+            rowids = mapped("rowids.i64", np.int64, (n,))
+            matrix = mapped("matrix.f32", np.float32, (n, dim))
+            codes = mapped("corpus.i32", np.int32, (n,))
+            expires = mapped("expires.f64", np.float64, (n,))
+            stale = mapped("stale.u8", np.uint8, (n,))
             ann = None
             if with_ann and meta.get("ann") and (folder / "ann.usearch").exists():
                 from usearch.index import Index
@@ -71,7 +128,8 @@ class VectorBase:
                     raise BaseUnusable("vector graph does not match the matrix")
         except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
             raise BaseUnusable(f"vector base {folder.name} is damaged: {exc}") from exc
-        return cls(folder, int(meta["seq"]), dim, np.asarray(rowids), matrix, ann)
+        return cls(folder, int(meta["seq"]), dim, np.asarray(rowids), matrix, ann, np.asarray(codes),
+                   list(meta.get("corpora", [])), np.asarray(expires), np.asarray(stale))
 
     def __len__(self) -> int:
         return len(self.rowids)
@@ -110,33 +168,43 @@ def _unit(matrix: Vector) -> Vector:
 
 
 def build(
-    folder: Path, dim: int, seq: int, batches: Iterable[tuple[RowIds, Vector]], total: int,
+    folder: Path, dim: int, seq: int, batches: Iterable[Batch], total: int,
     *, ann: bool | None = None, progress: ProgressFactory = no_progress, threads: int = 1,
 ) -> None:
-    """Write a generation into `folder` (created; must not exist) from (rowids, vectors)
-    batches in ascending rowid order. `ann` None: a graph past ANN_MIN_ROWS."""
+    """Write a generation into `folder` (created; must not exist) from batches in
+    ascending rowid order. `ann` None: a graph past ANN_MIN_ROWS."""
     tmp = folder.with_name(folder.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     n = 0
     last = -1
-    with open(tmp / "rowids.i64", "wb") as frows, open(tmp / "matrix.f32", "wb") as fmat, \
-            progress(total, "vector index: copy") as bar:
-        for rowids, vectors in batches:
-            if len(rowids) == 0:
-                continue
-            if rowids[0] <= last or np.any(np.diff(rowids) <= 0):
-                raise ValueError("vector batches must come in ascending rowid order")
-            last = int(rowids[-1])
-            frows.write(np.ascontiguousarray(rowids, dtype=np.int64).tobytes())
-            fmat.write(np.ascontiguousarray(_unit(vectors)).tobytes())
-            n += len(rowids)
-            bar.update(len(rowids))
-        frows.flush()
-        fmat.flush()
-        os.fsync(frows.fileno())
-        os.fsync(fmat.fileno())
+    names: dict[str, int] = {}
+    files = {name: open(tmp / name, "wb")  # noqa: SIM115 - closed below
+             for name in ("rowids.i64", "matrix.f32", "corpus.i32", "expires.f64", "stale.u8")}
+    try:
+        with progress(total, "vector index: copy") as bar:
+            for b in batches:
+                if len(b.rowids) == 0:
+                    continue
+                if b.rowids[0] <= last or np.any(np.diff(b.rowids) <= 0):
+                    raise ValueError("vector batches must come in ascending rowid order")
+                last = int(b.rowids[-1])
+                codes = np.fromiter((names.setdefault(c, len(names)) for c in b.corpora), dtype=np.int32,
+                                    count=len(b.corpora))
+                files["rowids.i64"].write(np.ascontiguousarray(b.rowids, dtype=np.int64).tobytes())
+                files["matrix.f32"].write(np.ascontiguousarray(_unit(b.vectors)).tobytes())
+                files["corpus.i32"].write(codes.tobytes())
+                files["expires.f64"].write(np.asarray(b.expires, dtype=np.float64).tobytes())
+                files["stale.u8"].write(np.asarray(b.stale, dtype=np.uint8).tobytes())
+                n += len(b.rowids)
+                bar.update(len(b.rowids))
+        for f in files.values():
+            f.flush()
+            os.fsync(f.fileno())
+    finally:
+        for f in files.values():
+            f.close()
     with_ann = (n >= ANN_MIN_ROWS) if ann is None else (ann and n > 0)
     if with_ann:
         from usearch.index import Index
@@ -155,5 +223,6 @@ def build(
         graph.save(str(tmp / "ann.usearch"))
         del graph, rowids_all, matrix
     (tmp / "meta.json").write_text(json.dumps(
-        {"format": FORMAT, "n": n, "dim": dim, "seq": seq, "ann": with_ann}), encoding="utf-8")
+        {"format": FORMAT, "n": n, "dim": dim, "seq": seq, "ann": with_ann,
+         "corpora": sorted(names, key=names.__getitem__)}), encoding="utf-8")
     os.replace(tmp, folder)

@@ -22,13 +22,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-import numpy.typing as npt
 
 from ...progress import ProgressFactory, no_progress
 from . import vector_base
 from .sync import _file_lock
-from .vector_base import BaseUnusable, RowIds, Vector, VectorBase
+from .vector_base import BaseUnusable, Batch, RowIds, Vector, VectorBase, Wanted
 
+# The graph answers when the default filters keep at least this share of the base (it
+# over-fetches limit / share); a narrower mask is an exact scan of its rows.
+ANN_MIN_SHARE = 0.2
 DELTA_MIN = 2_000  # the delta may grow to max(DELTA_MIN, DELTA_SHARE x base) before a rebuild
 DELTA_SHARE = 0.05
 ANN_MODES = ("auto", "on", "off")
@@ -39,8 +41,8 @@ class VectorSource(Protocol):
 
     def log_bounds(self) -> tuple[int, int]: ...
     def vector_changes(self, seq: int, limit: int) -> tuple[list[tuple[int, int]], int]: ...
-    def vectors(self, rowids: Sequence[int], dim: int) -> tuple[RowIds, Vector]: ...
-    def iter_vectors(self, dim: int, batch_size: int = 4096) -> Iterator[tuple[RowIds, Vector]]: ...
+    def vectors(self, rowids: Sequence[int], dim: int) -> Batch: ...
+    def iter_vectors(self, dim: int, batch_size: int = 4096) -> Iterator[Batch]: ...
     def vector_count(self) -> int: ...
     def published(self, name: str) -> tuple[str, int, int] | None: ...
     def publish(self, name: str, generation: str, seq: int, dim: int) -> None: ...
@@ -48,21 +50,36 @@ class VectorSource(Protocol):
 
 @dataclass(slots=True)
 class VectorDelta:
-    """Rowid -> its current vector (None: deleted or without one), for changes after `seq0`."""
+    """Rowid -> its current row (None: deleted or without a vector), for changes after `seq0`."""
 
     seq0: int
     seq: int
-    vectors: dict[int, Vector | None] = field(default_factory=dict)
+    rows: dict[int, tuple[Vector, str, float, bool] | None] = field(default_factory=dict)
+    _live: Batch | None = None
 
     def __len__(self) -> int:
-        return len(self.vectors)
+        return len(self.rows)
 
-    def live(self) -> tuple[RowIds, npt.NDArray[np.float32] | None]:
-        rows = [(r, v) for r, v in self.vectors.items() if v is not None]
-        if not rows:
-            return np.zeros(0, dtype=np.int64), None
-        return (np.array([r for r, _ in rows], dtype=np.int64),
-                np.vstack([v for _, v in rows]).astype(np.float32))
+    def update(self, rowids: Sequence[int], found: Batch) -> None:
+        have = {int(r): i for i, r in enumerate(found.rowids)}
+        for r in rowids:
+            i = have.get(int(r))
+            self.rows[int(r)] = None if i is None else (
+                found.vectors[i], found.corpora[i], float(found.expires[i]), bool(found.stale[i]))
+        self._live = None
+
+    def live(self) -> Batch:
+        """The delta's rows that have a vector, as arrays (kept until the next update)."""
+        if self._live is None:
+            rows = sorted((r, v) for r, v in self.rows.items() if v is not None)
+            self._live = Batch(
+                rowids=np.array([r for r, _ in rows], dtype=np.int64),
+                vectors=(np.vstack([v[0] for _, v in rows]).astype(np.float32) if rows
+                         else np.zeros((0, 0), dtype=np.float32)),
+                corpora=[v[1] for _, v in rows],
+                expires=np.array([v[2] for _, v in rows], dtype=np.float64),
+                stale=np.array([v[3] for _, v in rows], dtype=bool))
+        return self._live
 
 
 class VectorIndexSync:
@@ -102,7 +119,11 @@ class VectorIndexSync:
             seq0 = base.seq if base is not None else 0
             if self._delta is None or self._delta.seq0 != seq0:
                 self._delta = VectorDelta(seq0, seq0)
-            self._advance(self._delta, dim)
+            _, head = self.source.log_bounds()
+            if self._delta.seq < head:  # copy, then change: searches keep the delta they got
+                delta = VectorDelta(self._delta.seq0, self._delta.seq, dict(self._delta.rows))
+                self._advance(delta, dim)
+                self._delta = delta
             if self._needs_rebuild(base, self._delta):
                 if self.background:
                     self._start_worker(dim)
@@ -132,10 +153,7 @@ class VectorIndexSync:
         while delta.seq < head:
             changes, reached = self.source.vector_changes(delta.seq, 50_000)
             rowids = list(dict.fromkeys(r for _, r in changes))
-            found, matrix = self.source.vectors(rowids, dim)
-            have = {int(r): matrix[i] for i, r in enumerate(found)}
-            for r in rowids:
-                delta.vectors[r] = have.get(r)
+            delta.update(rowids, self.source.vectors(rowids, dim))
             delta.seq = reached
 
     # -- rebuilding -----------------------------------------------------------------------------
@@ -269,50 +287,50 @@ def _merge(parts: list[Scored], limit: int) -> Scored:
 
 
 def knn(
-    base: VectorBase | None, delta: VectorDelta, query: Vector, limit: int, *,
-    rows: RowIds | None, check: Any, all_rows: Any,
+    base: VectorBase | None, delta: VectorDelta, query: Vector, limit: int, *, wanted: Wanted,
+    rows: RowIds | None = None,
 ) -> Scored:
     """Top `limit` (rowid, cosine) over base and delta.
 
-    `rows` (sorted): the only rowids allowed, scanned exactly (a filter's rows). Without
-    it, candidates come best first from the graph (or an exact scan of the base) and
-    `check(rowids) -> set` keeps those the filters allow; when too few survive the
-    over-fetch grows, and past a few rounds `all_rows()` gives the allowed rows for an
-    exact scan instead (over-fetching cannot hold recall under a narrow filter).
+    `wanted` (corpora, expiry, staleness) is a mask over both; `rows` (sorted), when
+    given, is the only rowids a further filter allows (an exact scan of them). Otherwise
+    the graph answers when the mask keeps enough of the base for its over-fetch to hold
+    recall; a narrow mask, or a base without a graph, is an exact scan of the masked rows.
     """
-    d_rows, d_matrix = delta.live()
-    changed = np.fromiter(delta.vectors.keys(), dtype=np.int64, count=len(delta.vectors))
-    d_scores = d_matrix @ query if d_matrix is not None else np.zeros(0, dtype=np.float32)
-    if rows is not None:
-        parts: list[Scored] = []
-        if base is not None and len(base):
-            allowed = rows[~np.isin(rows, changed)] if changed.size else rows
-            parts.append(_top(*base.exact(query, base.positions(allowed)), limit))
-        if d_rows.size:
-            keep = np.isin(d_rows, rows)
-            parts.append(_top(d_rows[keep], d_scores[keep], limit))
+    d = delta.live()
+    changed = np.fromiter(delta.rows.keys(), dtype=np.int64, count=len(delta.rows))
+    parts: list[Scored] = []
+    if d.rowids.size:
+        keep = wanted.mask(d.corpora, d.expires, d.stale)
+        if rows is not None:
+            keep &= np.isin(d.rowids, rows)
+        parts.append(_top(d.rowids[keep], d.vectors[keep] @ query, limit))
+    if base is None or not len(base):
         return _merge(parts, limit)
-    parts = []
-    if d_rows.size:
-        ok = check([int(r) for r in d_rows])
-        keep = np.fromiter((int(r) in ok for r in d_rows), dtype=bool, count=d_rows.size)
-        parts.append(_top(d_rows[keep], d_scores[keep], limit))
-    if base is not None and len(base):
-        full = None if base.ann is not None else base.exact(query, None)
-        count = 2 * limit + int(changed.size) + 10
-        skip = set(changed.tolist())
-        for _ in range(4):
-            if full is not None:
-                cand = _top(full[0], full[1], min(count, len(base)))
-            else:
-                cand = [(int(r), float(s)) for r, s in zip(*base.nearest(query, count), strict=True)]
-            cand = [(r, s) for r, s in cand if r not in skip] if skip else cand
-            ok = check([r for r, _ in cand])
-            kept = [(r, s) for r, s in cand if r in ok]
-            if len(kept) >= limit or count >= len(base):
-                parts.append(kept)
+    if rows is not None:
+        allowed = rows[~np.isin(rows, changed)] if changed.size else rows
+        pos = base.positions(allowed)
+        pos = pos[base.allowed(wanted, pos)]
+        parts.append(_top(*base.exact(query, pos), limit))
+        return _merge(parts, limit)
+    mask = base.allowed(wanted)
+    if changed.size:
+        mask &= ~np.isin(base.rowids, changed)
+    share = float(mask.mean()) if mask.size else 0.0
+    if base.ann is not None and share >= ANN_MIN_SHARE:
+        count = int(np.ceil(2 * limit / share)) + 10
+        while count < len(base):
+            keys, scores = base.nearest(query, count)
+            ok = mask[np.searchsorted(base.rowids, keys)]
+            if int(ok.sum()) >= limit:
+                parts.append(_top(keys[ok], scores[ok], limit))
                 return _merge(parts, limit)
             count *= 4
-        rows = np.asarray(sorted(all_rows()), dtype=np.int64)
-        return knn(base, delta, query, limit, rows=rows, check=check, all_rows=all_rows)
+    if share > 0.5:
+        rowids, scores = base.exact(query, None)
+        scores = np.where(mask, scores, -np.inf).astype(np.float32)
+        keep_rows = mask
+        parts.append(_top(rowids[keep_rows], scores[keep_rows], limit))
+    else:
+        parts.append(_top(*base.exact(query, np.flatnonzero(mask).astype(np.int64)), limit))
     return _merge(parts, limit)

@@ -27,6 +27,7 @@ from .. import codec, records
 from ..contract import ScoredIds, SearchArea, Vector
 from ..indexes.sync import TextIndexSync
 from ..indexes.text_schema import title_repeat
+from ..indexes.vector_base import Wanted
 from ..indexes.vectors import ANN_MODES, VectorIndexSync, knn
 from ..records import DEFAULT_BM25_WEIGHTS, META_PENDING_VECTOR_DIM, META_VECTOR_DIM
 from . import driver as sqlite_driver
@@ -163,7 +164,9 @@ class SQLiteBackend:
             folder = Path(index_dir) if index_dir else Path(self.path).expanduser().resolve().with_name(
                 Path(self.path).name + ".idx")
         self.index_dir = folder
-        self._changes = SQLiteChanges(self._read, self._write, self.get_meta("store_id") or "")
+        self._changes = SQLiteChanges(
+            self._read, self._write, self.get_meta("store_id") or "",
+            None if folder is None else lambda: sqlite_driver.connect(self.path, timeout=BUSY_TIMEOUT_S))
         self._text = TextIndexSync(None if folder is None else folder / "text", self._changes, progress,
                                    title_repeat=title_repeat(bm25_weights))
         # "auto": an HNSW graph past vector_base.ANN_MIN_ROWS, built in the background;
@@ -297,6 +300,7 @@ class SQLiteBackend:
             raise StoreError(f"write failed: {exc}") from exc
         except (UnicodeEncodeError, OverflowError) as exc:
             raise InvalidInputError(f"a value cannot be stored: {exc}") from exc
+        self._text.kick()
 
     def write_vectors(
         self, ids: Sequence[str], vectors: Sequence[Vector], content_hashes: Sequence[str],
@@ -331,6 +335,8 @@ class SQLiteBackend:
             if removed and self.vector_dim() is not None:
                 for chunk in _chunks(removed):
                     conn.execute(f"DELETE FROM vec_items WHERE rowid IN ({_marks(len(chunk))})", chunk)
+        if removed:
+            self._text.kick()
         return len(removed)
 
     def touch(self, ids: Sequence[str], now: float) -> None:
@@ -456,9 +462,8 @@ class SQLiteBackend:
         return [(r[0], float(r[1])) for r in rows]
 
     def vector_search(self, vector: Vector, area: SearchArea, limit: int) -> ScoredIds:
-        """Cosine KNN over the vector index (base + delta, storage/indexes/vectors.py). A filter
-        beyond corpus / expiry / staleness, or corpora holding under half the store, is an
-        exact scan of the filter's rows; otherwise the graph's candidates are checked here."""
+        """Cosine KNN over the vector index (base + delta, storage/indexes/vectors.py): corpus,
+        expiry and staleness are masks there; any other filter is an exact scan of its rows."""
         dim = self.vector_dim()
         if dim is None or limit <= 0:
             return []
@@ -468,30 +473,14 @@ class SQLiteBackend:
             return []
         query = np.asarray(query / norm, dtype=np.float32)  # scores are cosines, graph or scan
         base, delta = self._vectors.view(dim)
-        where, params = filter_sql(area)
-
-        def all_rows() -> list[int]:
-            return [r[0] for r in self._read(f"SELECT i.rowid FROM items i WHERE {where}", params)]
-
-        def check(rowids: list[int]) -> set[int]:
-            ok: set[int] = set()
-            for chunk in _chunks(rowids):
-                ok.update(r[0] for r in self._read(
-                    f"SELECT i.rowid FROM items i WHERE i.rowid IN ({_marks(len(chunk))}) AND {where}",
-                    [*chunk, *params]))
-            return ok
-
+        f = area.filters
         rows = None
-        if area.filters.needs_row_filter or self._small_share(area):
-            rows = np.asarray(sorted(all_rows()), dtype=np.int64)
-        top = knn(base, delta, query, limit, rows=rows, check=check, all_rows=all_rows)
-        return self._ids_of(top)
-
-    def _small_share(self, area: SearchArea) -> bool:
-        if area.corpora is None:
-            return False
-        counts = self.corpora()
-        return sum(counts.get(c, 0) for c in area.corpora) < 0.5 * sum(counts.values())
+        if f.needs_row_filter:  # kinds, scope, metadata, time ranges: the filter's rows, exactly
+            where, params = filter_sql(area)
+            rows = np.asarray(sorted(r[0] for r in self._read(
+                f"SELECT i.rowid FROM items i WHERE {where}", params)), dtype=np.int64)
+        wanted = Wanted(area.corpora, area.now, f.include_expired, f.include_stale)
+        return self._ids_of(knn(base, delta, query, limit, wanted=wanted, rows=rows))
 
     def _data_version(self) -> int:
         return int(self._conn.execute("PRAGMA data_version").fetchone()[0])

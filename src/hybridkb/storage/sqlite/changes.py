@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import codec
 from ..indexes.text_schema import TextDoc
+from ..indexes.vector_base import Batch
 
 Read = Callable[[str, Sequence[Any]], list[Any]]
 
@@ -22,7 +23,8 @@ _MAX_VARS = 500
 _DOC_COLUMNS = ("rowid, title, text, corpus, kind, scope, repo, namespace, metadata, created_at, "
                 "updated_at, expires_at, stale")
 _TEXT_OPS = "('i', 'u', 'd')"
-_VECTOR_OPS = "('i', 'v', 'd')"
+# Vectors and the attributes the vector index masks on (corpus, expiry, staleness).
+_VECTOR_OPS = "('i', 'u', 'v', 'd')"
 
 
 def _doc(row: Sequence[Any]) -> TextDoc:
@@ -40,9 +42,11 @@ def _doc(row: Sequence[Any]) -> TextDoc:
 class SQLiteChanges:
     """indexes.sync.ChangeSource over one SQLite store (reads through the backend's lock)."""
 
-    def __init__(self, read: Read, write: Callable[[], Any], store_id: str) -> None:
+    def __init__(self, read: Read, write: Callable[[], Any], store_id: str,
+                 connect: Callable[[], Any] | None = None) -> None:
         self._read = read
         self._write = write  # the backend's write transaction (a context manager)
+        self._connect = connect  # a new connection, for long reads (None: ":memory:")
         self.store_id = store_id
 
     def published(self, name: str) -> tuple[str, int, int] | None:
@@ -108,32 +112,46 @@ class SQLiteChanges:
 
     # -- vectors --------------------------------------------------------------------------------
 
-    def vectors(self, rowids: Sequence[int], dim: int) -> tuple[np.ndarray[Any, Any], codec.Vector]:
-        """(rowids that have a vector, their vectors), ascending by rowid."""
-        found: list[tuple[int, bytes]] = []
-        for i in range(0, len(rowids), _MAX_VARS):
-            chunk = [int(r) for r in rowids[i : i + _MAX_VARS]]
-            found.extend(self._read(
-                f"SELECT rowid, embedding FROM vec_items WHERE rowid IN ({','.join('?' * len(chunk))})",
-                chunk))
-        found.sort()
-        return (np.array([r for r, _ in found], dtype=np.int64),
-                codec.matrix_from_blobs([b for _, b in found], dim))
+    def vectors(self, rowids: Sequence[int], dim: int) -> Batch:
+        """The rows of `rowids` that have a vector, ascending, with their filter attributes.
+        One point lookup per rowid: vec0 answers `rowid = ?` by its index, not `IN (...)`."""
+        rows: list[Any] = []
+        for rowid in sorted({int(r) for r in rowids}):
+            rows.extend(self._read(_VECTOR_ROW + " WHERE i.rowid = ?", (rowid,)))
+        return _batch(rows, dim)
 
-    def iter_vectors(self, dim: int, batch_size: int = 4096
-                     ) -> Iterator[tuple[np.ndarray[Any, Any], codec.Vector]]:
-        last = 0
-        while True:
-            rows = self._read("SELECT rowid, embedding FROM vec_items WHERE rowid > ? ORDER BY rowid LIMIT ?",
-                              (last, batch_size))
-            if not rows:
-                return
-            last = int(rows[-1][0])
-            yield (np.array([r[0] for r in rows], dtype=np.int64),
-                   codec.matrix_from_blobs([r[1] for r in rows], dim))
+    def iter_vectors(self, dim: int, batch_size: int = 4096) -> Iterator[Batch]:
+        """Every vector in rowid order, read on a connection of its own in one transaction
+        (a consistent snapshot that never holds the store's lock)."""
+        if self._connect is None:
+            return
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN")
+            cursor = conn.execute(_VECTOR_ROW + " ORDER BY i.rowid")
+            while rows := cursor.fetchmany(batch_size):
+                yield _batch(rows, dim)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
 
     def vector_count(self) -> int:
         return int(self._read("SELECT count(*) FROM items WHERE embedded_hash IS NOT NULL", ())[0][0])
+
+
+# Items drive the scan (CROSS JOIN keeps them outer): rowid order comes free and vec0 is
+# only asked for one rowid at a time.
+_VECTOR_ROW = ("SELECT i.rowid, v.embedding, i.corpus, i.expires_at, i.stale "
+               "FROM items i CROSS JOIN vec_items v ON v.rowid = i.rowid")
+
+
+def _batch(rows: Sequence[Any], dim: int) -> Batch:
+    return Batch(
+        rowids=np.array([r[0] for r in rows], dtype=np.int64),
+        vectors=codec.matrix_from_blobs([r[1] for r in rows], dim),
+        corpora=[r[2] for r in rows],
+        expires=np.array([np.inf if r[3] is None else float(r[3]) for r in rows], dtype=np.float64),
+        stale=np.array([bool(r[4]) for r in rows], dtype=bool))
 
 
 def prune(conn: Any, through: int) -> int:
