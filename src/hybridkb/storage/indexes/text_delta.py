@@ -13,6 +13,7 @@ delta scores the exact length (a few percent on long texts, for a second or so).
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -26,7 +27,25 @@ B = 0.75
 @dataclass(slots=True)
 class PendingDoc:
     seq: int  # the last change of this rowid the delta has seen
-    tokens: list[str] | None  # analyzed body; None: deleted (or a field change to drop)
+    body: str | None  # the indexed body; None: deleted
+    folded: str = ""  # lowercase, diacritics stripped: a cheap test before analyzing
+    tokens: list[str] | None = None  # analyzed body, when a search first needed it
+
+    def words(self, analyze: Callable[[str], list[str]]) -> list[str]:
+        if self.tokens is None:
+            self.tokens = analyze(self.body or "")
+        return self.tokens
+
+    def may_hold(self, token: str) -> bool:
+        """False only when the body cannot hold an analyzed `token`: a stem is its word's
+        prefix but for the last letter (happi / happy), so that much must appear."""
+        return token[: max(2, len(token) - 1)] in self.folded
+
+
+def fold(text: str) -> str:
+    """Lowercase without diacritics, as the index's ascii folding sees letters."""
+    decomposed = unicodedata.normalize("NFKD", text)
+    return "".join(c for c in decomposed if not unicodedata.combining(c)).lower()
 
 
 @dataclass(slots=True)
@@ -70,8 +89,11 @@ class TextDelta:
             last[rowid] = max(seq, last.get(rowid, 0))
         for rowid, seq in last.items():
             doc = current.get(rowid)
-            tokens = analyze(body_of(doc.title, doc.text, title_repeat)) if doc is not None else None
-            self.docs[rowid] = PendingDoc(seq, tokens)
+            if doc is None:
+                self.docs[rowid] = PendingDoc(seq, None)
+            else:
+                body = body_of(doc.title, doc.text, title_repeat)
+                self.docs[rowid] = PendingDoc(seq, body, fold(body))
         self.seq = max(self.seq, reached)
 
     @property
@@ -79,7 +101,7 @@ class TextDelta:
         return list(self.docs)
 
     def live_rowids(self) -> list[int]:
-        return [r for r, d in self.docs.items() if d.tokens is not None]
+        return [r for r, d in self.docs.items() if d.body is not None]
 
     def search(self, query: TextQuery, analyze: Callable[[str], list[str]], stats: IndexStats,
                allowed: set[int]) -> list[tuple[int, float]]:
@@ -88,7 +110,7 @@ class TextDelta:
         terms = [t for t in terms if t]
         if not terms or not allowed:
             return []
-        live = [d.tokens for d in self.docs.values() if d.tokens is not None]
+        live = [d for d in self.docs.values() if d.body is not None]
         n_docs = stats.docs + len(live)
         avgdl = stats.avgdl or 1.0
         out: list[tuple[int, float]] = []
@@ -96,15 +118,18 @@ class TextDelta:
 
         def idf(tok: str) -> float:
             if tok not in idf_cache:
-                df = stats.doc_freq(tok) + sum(1 for d in live if tok in d)
+                df = stats.doc_freq(tok) + sum(
+                    1 for d in live if d.may_hold(tok) and tok in d.words(analyze))
                 idf_cache[tok] = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
             return idf_cache[tok]
 
         for rowid in allowed:
             pending = self.docs.get(rowid)
-            tokens = None if pending is None else pending.tokens
-            if tokens is None:
+            if pending is None or pending.body is None:
                 continue
+            if not any(pending.may_hold(t) for term in terms for t in term):
+                continue  # analyzing it could find nothing
+            tokens = pending.words(analyze)
             dl = len(tokens)
             score = 0.0
             for term in terms:

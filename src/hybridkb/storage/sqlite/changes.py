@@ -114,10 +114,13 @@ class SQLiteChanges:
 
     def vectors(self, rowids: Sequence[int], dim: int) -> Batch:
         """The rows of `rowids` that have a vector, ascending, with their filter attributes.
-        One point lookup per rowid: vec0 answers `rowid = ?` by its index, not `IN (...)`."""
+        Items drive the join, so vec0 is asked one rowid at a time (its index), never scanned."""
+        wanted = sorted({int(r) for r in rowids})
         rows: list[Any] = []
-        for rowid in sorted({int(r) for r in rowids}):
-            rows.extend(self._read(_VECTOR_ROW + " WHERE i.rowid = ?", (rowid,)))
+        for i in range(0, len(wanted), _MAX_VARS):
+            chunk = wanted[i : i + _MAX_VARS]
+            rows.extend(self._read(
+                _VECTOR_ROW + f" WHERE i.rowid IN ({','.join('?' * len(chunk))}) ORDER BY i.rowid", chunk))
         return _batch(rows, dim)
 
     def iter_vectors(self, dim: int, batch_size: int = 4096) -> Iterator[Batch]:
