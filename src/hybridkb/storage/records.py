@@ -147,9 +147,13 @@ def filter_conditions(
 # -- integrity rules ---------------------------------------------------------------------------
 
 
-def vector_checks(vectors: str) -> tuple[tuple[str, str], ...]:
-    """(problem, count query) pairs: items and the vector table `vectors` agree by rowid."""
-    has_vector = f"EXISTS (SELECT 1 FROM {vectors} v WHERE v.rowid = i.rowid)"
+def vector_checks(vectors: str, has_vector: str | None = None) -> tuple[tuple[str, str], ...]:
+    """(problem, count query) pairs: items and the vector table `vectors` agree by rowid.
+
+    `has_vector` is the dialect's fastest test that item `i` has a vector (default: a
+    correlated EXISTS; a virtual table may prefer `i.rowid IN (SELECT rowid ...)`).
+    """
+    has_vector = has_vector or f"EXISTS (SELECT 1 FROM {vectors} v WHERE v.rowid = i.rowid)"
     return (
         ("vectors without an item",
          f"SELECT count(*) FROM {vectors} v "
