@@ -192,3 +192,20 @@ def test_memory_store_has_an_index_in_memory() -> None:
     assert len(kb.search("kafka", mode="fts", limit=50).hits) == 14
     assert kb.backend.index_dir is None
     kb.close()
+
+
+def test_the_log_is_pruned_behind_both_indexes_and_they_still_catch_up(db: Path) -> None:
+    kb = open_kb(db)
+    kb.add_many(ITEMS)
+    kb.search("kafka", limit=5)  # both indexes built
+    kb.backend._text.current()
+    kb.backend._writes_since_prune = 999
+    kb.add_many([{"id": "after", "text": "prometheus alerting rules"}])
+    oldest, head = kb.backend._changes.log_bounds()
+    assert 30 < oldest <= head  # the first 30 inserts are gone from the log
+    assert kb.search("prometheus", mode="fts").ids == ["after"]
+    assert kb.backend.integrity_problems() == []
+    other = open_kb(db)  # a fresh handle reopens the indexes and reads the rest of the log
+    assert other.search("prometheus", mode="fts").ids == ["after"]
+    other.close()
+    kb.close()

@@ -279,6 +279,13 @@ class TextIndexSync:
         self._delta = TextDelta(base_seq=index.seq, seq=index.seq)
         return index
 
+    def disk_seq(self) -> int | None:
+        """The sequence the index on disk reflects (None: none there, or in memory)."""
+        if self.folder is None:
+            return None
+        state = read_state(self.folder)
+        return None if state is None else int(state["seq"])
+
     def rebuild_now(self) -> TextIndex:
         """Rebuild from the items whatever state the index is in (`check --repair`)."""
         with self._lock, self._exclusive():

@@ -31,7 +31,7 @@ from ..indexes.vector_base import Wanted
 from ..indexes.vectors import ANN_MODES, VectorIndexSync, knn
 from ..records import DEFAULT_BM25_WEIGHTS, META_PENDING_VECTOR_DIM, META_VECTOR_DIM
 from . import driver as sqlite_driver
-from .changes import SQLiteChanges
+from .changes import SQLiteChanges, prune
 
 __all__ = ["BUSY_TIMEOUT_S", "DEFAULT_BM25_WEIGHTS", "SQLiteBackend", "filter_sql", "open_sqlite"]
 
@@ -164,6 +164,7 @@ class SQLiteBackend:
             folder = Path(index_dir) if index_dir else Path(self.path).expanduser().resolve().with_name(
                 Path(self.path).name + ".idx")
         self.index_dir = folder
+        self._writes_since_prune = 0
         self._changes = SQLiteChanges(
             self._read, self._write, self.get_meta("store_id") or "",
             None if folder is None else lambda: sqlite_driver.connect(self.path, timeout=BUSY_TIMEOUT_S))
@@ -282,6 +283,7 @@ class SQLiteBackend:
         stale_vectors: list[int] = []
         try:
             with self._write() as conn:
+                self._prune_log(conn)
                 for item, vec, chash in zip(items, vectors, content_hashes, strict=True):
                     rowid, kept_hash = conn.execute(
                         sql, records.write_values(item, chash, with_vector=vec is not None)).fetchone()
@@ -301,6 +303,22 @@ class SQLiteBackend:
         except (UnicodeEncodeError, OverflowError) as exc:
             raise InvalidInputError(f"a value cannot be stored: {exc}") from exc
         self._text.kick()
+
+    def _prune_log(self, conn: Any) -> None:
+        """Every ~1000 writes, drop the log rows both derived indexes on disk have passed
+        (the text index's state file, the published vector base). Never for ":memory:"
+        (its vectors live in the delta, read from the whole log)."""
+        self._writes_since_prune += 1
+        if self.index_dir is None or self._writes_since_prune < 1000:
+            return
+        self._writes_since_prune = 0
+        text_seq = self._text.disk_seq()
+        row = conn.execute("SELECT seq FROM derived_indexes WHERE name = 'vectors'").fetchone()
+        vector_seq = None if row is None else int(row[0])
+        if self.vector_dim() is None:
+            vector_seq = text_seq  # no vectors: only the text index reads the log
+        if text_seq is not None and vector_seq is not None:
+            prune(conn, min(text_seq, vector_seq))
 
     def write_vectors(
         self, ids: Sequence[str], vectors: Sequence[Vector], content_hashes: Sequence[str],
