@@ -116,6 +116,15 @@ class VectorIndexSync:
                     if base is None:
                         self._build(dim, ann=self._wants_ann_now())
                         base = self._current_base(dim)
+            if base is not None and self.folder is not None:
+                _, head = self.source.log_bounds()
+                if head - base.seq > max(50_000, len(base) // 2):
+                    # e.g. a re-embedding rewrote every vector: a delta that size would be the
+                    # whole store in memory, so build a flat base first (the graph follows)
+                    with self._exclusive("build"):
+                        if self._current_base(dim) is base:
+                            self._build(dim, ann=self._wants_ann_now())
+                        base = self._current_base(dim)
             seq0 = base.seq if base is not None else 0
             if self._delta is None or self._delta.seq0 != seq0:
                 self._delta = VectorDelta(seq0, seq0)
