@@ -540,9 +540,9 @@ def migrate(ctx: Context, target: str, batch_size: int, no_vectors: bool) -> Non
         dest.close()
     for note in report.notes:
         click.echo(f"note: {note}", err=True)
-    emit(ctx, {"migrated": report.imported, "target": target, "target_items": count,
+    emit(ctx, {"migrated": report.imported, "target": dest.target, "target_items": count,
                "notes": report.notes},
-         lambda: click.echo(f"migrated {report.imported} items to {target}"))
+         lambda: click.echo(f"migrated {report.imported} items to {dest.target}"))
 
 
 def main() -> None:

@@ -146,3 +146,113 @@ def check_label_template(template: object) -> str:
     except (ValueError, IndexError, KeyError, AttributeError, TypeError) as exc:
         raise InvalidInputError(f"bad label template {template!r}: {exc}") from exc
     return template
+
+
+# -- store targets ------------------------------------------------------------------------------
+
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+# A libpq key=value connection string ("host=db dbname=kb password=..."), not a file name.
+_CONNINFO = re.compile(r"^\s*(host|hostaddr|dbname|user|password|port|service|sslmode)\s*=", re.I)
+_CONNINFO_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'?|\S*)", re.I)
+_HIDDEN = "***"
+
+
+def check_target(target: object) -> str:
+    """A store target as a string: a file path, ":memory:", or a PostgreSQL URL / conninfo.
+
+    An empty target is refused: SQLite would open a private temporary database that is
+    gone when the process ends, so everything written to it would be silently lost.
+    """
+    location = target.__fspath__() if hasattr(target, "__fspath__") else target
+    if not isinstance(location, str):
+        raise InvalidInputError(f"a store target is a file path or a postgresql:// URL, "
+                                f"not {type(target).__name__}")
+    if not location.strip():
+        raise InvalidInputError(
+            "the store target is empty: give a file path or a postgresql:// URL (--db or HYBRIDKB_DB); "
+            "an empty one would be a temporary database that loses every write")
+    if "\x00" in location:
+        raise InvalidInputError("a store target cannot contain NUL characters")
+    return location
+
+
+def is_postgres_target(location: str) -> bool:
+    """A postgresql:// URL or a libpq key=value connection string."""
+    return location.startswith(_POSTGRES_SCHEMES) or bool(_CONNINFO.match(location))
+
+
+def redact_target(location: str) -> str:
+    """The target with every password hidden: `user:pw@`, `?password=`, `password=` (conninfo).
+
+    Never raises, whatever the text: it is what error messages about a bad URL show.
+    """
+    if not is_postgres_target(location):
+        return location
+    if not location.startswith(_POSTGRES_SCHEMES):
+        return _CONNINFO_PASSWORD.sub(lambda m: m.group(1) + _HIDDEN, location)
+    scheme, _, rest = location.partition("://")
+    cut = len(rest)
+    for mark in "/?#":
+        found = rest.find(mark)
+        if found != -1:
+            cut = min(cut, found)
+    netloc, tail = rest[:cut], rest[cut:]
+    if "@" in netloc:
+        userinfo, _, hosts = netloc.rpartition("@")
+        if ":" in userinfo:
+            userinfo = userinfo.split(":", 1)[0] + ":" + _HIDDEN
+        netloc = f"{userinfo}@{hosts}"
+    path, sep, query = tail.partition("?")
+    if sep:
+        query, hash_, fragment = query.partition("#")
+        params = []
+        for pair in query.split("&"):
+            key, eq, _value = pair.partition("=")
+            if eq and _unquote(key).strip().lower() == "password":
+                pair = f"{key}={_HIDDEN}"
+            params.append(pair)
+        tail = f"{path}?{'&'.join(params)}{hash_}{fragment}"
+    return f"{scheme}://{netloc}{tail}"
+
+
+def target_secrets(location: str) -> list[str]:
+    """The password texts in a target, to scrub from a driver's message that might echo one."""
+    shown = redact_target(location)
+    if shown == location:
+        return []
+    found: list[str] = []
+    if location.startswith(_POSTGRES_SCHEMES):
+        netloc = re.split(r"[/?#]", location.partition("://")[2], maxsplit=1)[0]
+        userinfo = netloc.rpartition("@")[0]
+        if ":" in userinfo:
+            found.append(userinfo.split(":", 1)[1])
+        query = location.partition("?")[2].partition("#")[0]
+        for pair in query.split("&"):
+            key, eq, value = pair.partition("=")
+            if eq and _unquote(key).strip().lower() == "password":
+                found.append(value)
+    else:
+        found.extend(m.group(2).strip("'") for m in _CONNINFO_PASSWORD.finditer(location))
+    secrets = {s for s in found if s} | {_unquote(s) for s in found if s}
+    return sorted(secrets, key=len, reverse=True)
+
+
+def scrub(message: str, location: str) -> str:
+    """`message` with the target's passwords replaced by ***.
+
+    The whole target is replaced first; a password alone only when it has 4 or more
+    characters, since hiding every "p" of a message would make it unreadable.
+    """
+    message = message.replace(location, redact_target(location))
+    for secret in target_secrets(location):
+        if len(secret) >= 4:
+            message = message.replace(secret, _HIDDEN)
+    return message
+
+
+def _unquote(text: str) -> str:
+    """Percent-decoding (UTF-8) without urllib: this module does no I/O and imports none."""
+    parts = re.split(r"((?:%[0-9A-Fa-f]{2})+)", text)
+    return "".join(
+        bytes(int(part[i + 1:i + 3], 16) for i in range(0, len(part), 3)).decode("utf-8", "replace")
+        if n % 2 else part for n, part in enumerate(parts))

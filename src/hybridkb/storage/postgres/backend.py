@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from ... import validation
 from ...errors import BackendUnavailableError, InvalidInputError, StoreError
 from ...model import Item, StoredItem
 from ...textquery import TextQuery
@@ -86,14 +87,15 @@ class PostgresBackend:
         if len(bm25_weights) != 2 or any(not (math.isfinite(w) and w >= 0) for w in bm25_weights):
             raise InvalidInputError(f"bm25_weights must be two numbers >= 0, got {bm25_weights!r}")
         self.url = redact(url)
+        self._secret_url = url  # only to scrub a driver message that might echo a password
         self.bm25_weights = (float(bm25_weights[0]), float(bm25_weights[1]))
         self.ranking = ranking
         self.ts_normalization = int(ts_normalization)
         self.hnsw_min_rows = int(hnsw_min_rows)
         try:
             in_url = conninfo_to_dict(url)
-        except psycopg.Error as exc:
-            reason = " ".join(str(exc).split())
+        except (psycopg.Error, ValueError) as exc:
+            reason = self._scrub(" ".join(str(exc).split()))
             raise InvalidInputError(f"not a valid PostgreSQL URL: {self.url}: {reason}") from None
         self._connect_kwargs: dict[str, Any] = {"autocommit": True}
         if "connect_timeout" not in in_url:  # the URL's own value wins
@@ -113,7 +115,8 @@ class PostgresBackend:
         except PoolTimeout as exc:
             self._pool.close()
             raise BackendUnavailableError(
-                f"cannot open a connection pool to PostgreSQL at {self.url}: {exc}") from None
+                f"cannot open a connection pool to PostgreSQL at {self.url}: {self._scrub(str(exc))}"
+            ) from None
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -122,10 +125,13 @@ class PostgresBackend:
             conn = psycopg.connect(url, **self._connect_kwargs)
             conn.execute(_QUIET)
             return conn
-        except psycopg.Error as exc:
-            reason = " ".join(str(exc).split()) or type(exc).__name__
+        except (psycopg.Error, ValueError) as exc:
+            reason = self._scrub(" ".join(str(exc).split()) or type(exc).__name__)
             raise BackendUnavailableError(
                 f"cannot connect to PostgreSQL at {self.url}: {reason}") from None
+
+    def _scrub(self, message: str) -> str:
+        return validation.scrub(message, self._secret_url)
 
     @staticmethod
     def _configure(conn: Connection[Any]) -> None:

@@ -7,8 +7,8 @@ is installed, and this module must import without it.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
+from ... import validation
 from ...errors import BackendUnavailableError, StoreError
 from .. import migrations
 
@@ -17,15 +17,8 @@ _LOCK_MIGRATE = "hybridkb.migrate"
 
 
 def redact(url: str) -> str:
-    """The URL without its password, for messages and `stats()`."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    netloc = f"{parts.username or ''}:***@{host}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    """The URL (or key=value conninfo) without its passwords, for messages and `stats()`."""
+    return validation.redact_target(url)
 
 
 def migrate(conn: Any, shown_url: str) -> None:
