@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import hybridkb
-from hybridkb import BackendUnavailableError, HashingEmbedder, InvalidInputError
+from hybridkb import (
+    BackendUnavailableError,
+    HashingEmbedder,
+    InvalidInputError,
+    KnowledgeBase,
+    NotFoundError,
+)
 from hybridkb.cli import cli
 from hybridkb.validation import redact_target, scrub
 
@@ -93,3 +102,70 @@ def test_a_real_store_never_shows_its_password(pg_url: str, form: str) -> None:
     with pytest.raises(BackendUnavailableError) as info:
         hybridkb.open(bad, embedder=None, connect_timeout=1)
     assert SECRET not in str(info.value)
+
+
+# -- 6. wrongly typed options are InvalidInputErrors naming the option -------------------------
+
+
+@pytest.mark.parametrize("spec", ["hashing-0", "hashing-99999999", "hashing--3", "hashing-x", "hashing-1e3"])
+def test_a_bad_hashing_dimension_is_a_clear_error(spec: str, tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match="embedder"):
+        hybridkb.open(tmp_path / "kb.db", embedder=spec)
+    result = CliRunner().invoke(cli, ["--db", str(tmp_path / "kb.db"), "--embedder", spec, "add", "x"])
+    assert result.exit_code == 1 and "embedder" in result.output
+    assert "Traceback" not in result.output and isinstance(result.exception, SystemExit)
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("rrf_k", "x"), ("weights", "ab"), ("weights", [1, "a"]), ("weights", 3), ("depth", "x"),
+    ("depth", 2.5), ("min_score", "x"), ("limit", True), ("limit", 2.0), ("offset", False),
+    ("dedup_threshold", "0.5"), ("dedup_cosine", [0.5]), ("touch", "yes"), ("mode", 1),
+    ("fusion", 3), ("score_policy", "none"),
+])
+def test_a_wrongly_typed_search_option_is_named(kb: KnowledgeBase, option: str, value: object) -> None:
+    kb.add("x marks the spot", id="a")
+    with pytest.raises(InvalidInputError, match=option):
+        kb.search("x", **{option: value})
+
+
+WRONG = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70), st.floats(),
+    st.text(max_size=8), st.binary(max_size=4), st.lists(st.one_of(st.integers(), st.text(max_size=3)), max_size=3),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2), st.just(object()), st.just(b"\x00"),
+)
+SEARCH_OPTIONS = ["mode", "limit", "offset", "corpora", "filters", "fusion", "weights", "rrf_k", "depth",
+                  "dedup_threshold", "dedup_cosine", "score_policy", "min_score", "touch"]
+ADD_OPTIONS = ["id", "corpus", "title", "kind", "scope", "repo", "namespace", "source_url", "metadata",
+               "created_at", "updated_at", "expires_at", "last_accessed_at", "access_count", "stale",
+               "ttl", "vector"]
+MANY_OPTIONS = ["replace", "batch_size", "progress", "items"]
+
+
+def _examples(request: pytest.FixtureRequest, default: int) -> int:
+    return default * 10 if request.config.getoption("--slow") else default
+
+
+def test_any_option_of_any_type_is_accepted_or_an_invalid_input_error(
+        kb: KnowledgeBase, request: pytest.FixtureRequest) -> None:
+    kb.add("x marks the spot", id="seed", corpus="c")
+
+    @settings(max_examples=_examples(request, 150), deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.sampled_from(SEARCH_OPTIONS + ADD_OPTIONS + MANY_OPTIONS), WRONG)
+    def prop(option: str, value: Any) -> None:
+        try:
+            if option in SEARCH_OPTIONS:
+                kb.search("x spot", **{option: value})
+            elif option in ADD_OPTIONS:
+                kb.add("another spot", **{option: value})
+            elif option == "items":
+                kb.add_many(value)
+            else:
+                kb.add_many([{"text": "many spot"}], **{option: value})
+        except InvalidInputError:
+            pass
+        except NotFoundError:  # a corpus name of the right type that no item has
+            assert option == "corpora"
+            assert isinstance(value, str) or all(isinstance(v, str) for v in value)
+
+    prop()

@@ -140,6 +140,13 @@ class KnowledgeBase:
 
         Vectors are computed for new or changed text only (by content hash).
         """
+        validation.check_batch_size(batch_size)
+        if not isinstance(replace, bool):
+            raise InvalidInputError(f"replace must be true or false, got {replace!r:.60}")
+        if progress is not None and not callable(progress):
+            raise InvalidInputError("progress must be a callable taking a count")
+        if isinstance(items, Item | Mapping | str | bytes) or not isinstance(items, Iterable):
+            raise InvalidInputError(f"items must be a list of items, not {type(items).__name__}")
         ids: list[str] = []
         batch: list[tuple[Item, Vector | None]] = []
         for raw in items:
@@ -349,13 +356,21 @@ class KnowledgeBase:
         if explain is not _UNSET:
             _deprecated("search(explain=...) is deprecated and does nothing: every hit carries "
                         "its explanation (hit.retrievers, fusion_score, boosts)")
+        opts = validation.search_options(
+            mode=mode, limit=limit, offset=offset, fusion=fusion, weights=weights, rrf_k=rrf_k,
+            depth=depth, dedup_threshold=dedup_threshold, dedup_cosine=dedup_cosine,
+            min_score=min_score, touch=touch)
+        if score_policy is not None and not isinstance(score_policy, ScorePolicy):
+            raise InvalidInputError(f"score_policy must be a ScorePolicy, got {score_policy!r:.60}")
         plan = pipeline.SearchPlan(
-            query=query if isinstance(query, str) else "", mode=mode, limit=limit, offset=offset,
+            query=query if isinstance(query, str) else "", mode=opts["mode"], limit=opts["limit"],
+            offset=opts["offset"],
             filters=parse_filters(dict(filters) if isinstance(filters, Mapping) else filters),
-            fusion=fusion or pipeline.DEFAULT_FUSION,
-            weights=tuple(weights) if weights is not None else pipeline.DEFAULT_WEIGHTS,  # type: ignore[arg-type]
-            rrf_k=rrf_k, depth=depth, dedup_threshold=dedup_threshold, dedup_cosine=dedup_cosine,
-            policy=score_policy or self.score_policy, min_score=min_score,
+            fusion=opts["fusion"] or pipeline.DEFAULT_FUSION,
+            weights=opts["weights"] if opts["weights"] is not None else pipeline.DEFAULT_WEIGHTS,
+            rrf_k=opts["rrf_k"], depth=opts["depth"], dedup_threshold=opts["dedup_threshold"],
+            dedup_cosine=opts["dedup_cosine"], policy=score_policy or self.score_policy,
+            min_score=opts["min_score"],
         )
         plan.validate()
         names = self._resolve_corpora(corpora)
@@ -371,6 +386,9 @@ class KnowledgeBase:
         existing = self.corpora()
         if corpora is None:
             return sorted(existing)
+        if not isinstance(corpora, str) and (isinstance(corpora, Mapping | bytes)
+                                             or not isinstance(corpora, Iterable)):
+            raise InvalidInputError(f"corpora must be a corpus name or a list of them, got {corpora!r:.60}")
         names = [corpora] if isinstance(corpora, str) else list(corpora)
         for name in names:
             validation.check_name("corpus", name)

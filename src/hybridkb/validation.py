@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import math
+import numbers
 import re
 import string
 from collections.abc import Mapping, Sequence
@@ -256,3 +257,60 @@ def _unquote(text: str) -> str:
     return "".join(
         bytes(int(part[i + 1:i + 3], 16) for i in range(0, len(part), 3)).decode("utf-8", "replace")
         if n % 2 else part for n, part in enumerate(parts))
+
+
+# -- search options ------------------------------------------------------------------------------
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _is_integer(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _number(name: str, value: object, *, optional: bool = False) -> float | None:
+    if value is None and optional:
+        return None
+    if not _is_number(value):
+        raise InvalidInputError(f"{name} must be a number, got {value!r:.60}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def _integer(name: str, value: object, *, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if not _is_integer(value):
+        raise InvalidInputError(f"{name} must be an integer, got {value!r:.60}")
+    return int(value)  # type: ignore[call-overload, no-any-return]
+
+
+def search_options(
+    *, mode: object, limit: object, offset: object, fusion: object, weights: object, rrf_k: object,
+    depth: object, dedup_threshold: object, dedup_cosine: object, min_score: object, touch: object,
+) -> dict[str, Any]:
+    """Search options of the right types, named in the error when not (`limit=True` is no int).
+
+    Ranges are the search plan's to check; this only makes sure each value is what it claims.
+    """
+    if not isinstance(mode, str):
+        raise InvalidInputError(f"mode must be a string, got {mode!r:.60}")
+    if fusion is not None and not isinstance(fusion, str):
+        raise InvalidInputError(f"fusion must be a string, got {fusion!r:.60}")
+    pair: tuple[float, ...] | None = None
+    if weights is not None:
+        if isinstance(weights, str | bytes | Mapping) or not isinstance(weights, Sequence) \
+                or not all(_is_number(w) for w in weights):
+            raise InvalidInputError(f"weights must be two numbers (full-text, vector), got {weights!r:.60}")
+        pair = tuple(float(w) for w in weights)
+    if not isinstance(touch, bool):
+        raise InvalidInputError(f"touch must be true or false, got {touch!r:.60}")
+    return {
+        "mode": mode, "fusion": fusion, "weights": pair, "touch": touch,
+        "limit": _integer("limit", limit), "offset": _integer("offset", offset),
+        "rrf_k": _number("rrf_k", rrf_k), "depth": _integer("depth", depth, optional=True),
+        "dedup_threshold": _number("dedup_threshold", dedup_threshold, optional=True),
+        "dedup_cosine": _number("dedup_cosine", dedup_cosine, optional=True),
+        "min_score": _number("min_score", min_score, optional=True),
+    }
