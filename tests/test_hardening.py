@@ -169,3 +169,38 @@ def test_any_option_of_any_type_is_accepted_or_an_invalid_input_error(
             assert isinstance(value, str) or all(isinstance(v, str) for v in value)
 
     prop()
+
+
+# -- 8. label templates: plain field names only, never rendered otherwise ----------------------
+
+BAD_TEMPLATES = ["{title.__class__.__mro__}", "{title[0]}", "{id.__class__}", "{metadata[x]}", "{0}", "{}",
+                 "{title!r}", "{title:{width}}", "{title:>1000}", "{title:.9999}", "{title:,}", "{title:%}",
+                 "{title", "title}", "{title.upper}"]
+
+
+@pytest.mark.parametrize("template", BAD_TEMPLATES)
+def test_a_label_template_with_more_than_plain_fields_is_refused(kb: KnowledgeBase, template: str) -> None:
+    kb.add("templates hold", id="a", corpus="code", title="T", metadata={"path": "p.py"})
+    with pytest.raises(InvalidInputError, match="label template"):
+        kb.set_label_template("code", template)
+    assert kb.label_templates() == {}
+    assert kb.search("templates").hits[0].source_label == "[code: T]"
+
+
+@pytest.mark.parametrize(("template", "label"), [
+    ("[code: {path}:{line}]", "[code: p.py:7]"), ("[{kind}: {title:.3}]", "[code: Tit]"),
+    ("[{title:>8}]", "[   Title]"), ("[{2fa}|{id}|{corpus}|{missing}]", "[yes|a|code|]"),
+])
+def test_plain_label_templates_still_render(kb: KnowledgeBase, template: str, label: str) -> None:
+    kb.add("templates hold", id="a", corpus="code", kind="code", title="Title",
+           metadata={"path": "p.py", "line": 7, "2fa": "yes"})
+    kb.set_label_template("code", template)
+    assert kb.search("templates").hits[0].source_label == label
+
+
+def test_a_stored_attribute_template_is_never_rendered(kb: KnowledgeBase) -> None:
+    """A store written before the check may hold one: it falls back to the default label."""
+    kb.add("templates hold", id="a", corpus="code", title="T")
+    kb.backend.set_meta("label_templates", json.dumps({"code": "{title.__class__.__mro__}"}))
+    label = kb.search("templates").hits[0].source_label
+    assert label == "[code: T]" and "class" not in label

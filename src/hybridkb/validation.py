@@ -8,7 +8,6 @@ checked by the vector codec (storage/codec.py: `normalized`).
 
 from __future__ import annotations
 
-import collections
 import math
 import numbers
 import re
@@ -134,18 +133,45 @@ def check_batch_size(batch_size: object) -> int:
     return batch_size
 
 
-def check_label_template(template: object) -> str:
-    """A hit label template such as "[ticket: {title}]": plain fields, no huge widths."""
+# A label field: a plain name ({title}, {id}, a metadata key), no attribute or index access.
+_LABEL_FIELD = re.compile(r"^(?!\d+$)[^.\[\]{}!:]+$")
+# A format spec that only pads, aligns or cuts a string: "<20", ">8", "^12", ".40", "10.40".
+_LABEL_SPEC = re.compile(r"^(.?[<>^])?\d{0,3}(\.\d{1,3})?$")
+
+
+def label_template_problem(template: object) -> str | None:
+    """Why a hit label template ("[ticket: {title}]") is refused, or None when it is fine.
+
+    Only plain field names: no `{title.__class__}`, `{title[0]}`, `{0}`, conversions
+    (`!r`) or nested fields; a spec may only pad, align or cut (width and precision < 1000).
+    Checked when a template is set and again before one is rendered (a store written by
+    an older version may hold anything).
+    """
     if not isinstance(template, str) or len(template) > MAX_TEMPLATE_CHARS \
             or storable_text_problem(template):
-        raise InvalidInputError(f"a label template is a string of at most {MAX_TEMPLATE_CHARS} characters")
-    try:  # fields are plain names ({title}, {id}, a metadata key); "" stands in for each
-        specs = [spec for _, _, spec, _ in string.Formatter().parse(template) if spec]
-        if any(re.search(r"\d{4}", spec) for spec in specs):
-            raise ValueError("a format width of 1000 or more")
-        template.format_map(collections.defaultdict(str))
-    except (ValueError, IndexError, KeyError, AttributeError, TypeError) as exc:
-        raise InvalidInputError(f"bad label template {template!r}: {exc}") from exc
+        return f"a label template is a string of at most {MAX_TEMPLATE_CHARS} characters"
+    try:
+        fields = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        return str(exc)
+    for _, name, spec, conversion in fields:
+        if name is None:
+            continue
+        if not _LABEL_FIELD.match(name):
+            return f"{{{name}}} is not a plain field name (use {{title}}, {{id}} or a metadata key)"
+        if conversion is not None:
+            return f"{{{name}!{conversion}}}: conversions are not allowed"
+        if spec and not _LABEL_SPEC.match(spec):
+            return f"{{{name}:{spec}}}: a format spec may only pad, align or cut, below 1000"
+    return None
+
+
+def check_label_template(template: object) -> str:
+    """A hit label template: see `label_template_problem`."""
+    problem = label_template_problem(template)
+    if problem is not None:
+        raise InvalidInputError(f"bad label template {template!r:.80}: {problem}")
+    assert isinstance(template, str)
     return template
 
 
