@@ -204,3 +204,69 @@ def test_a_stored_attribute_template_is_never_rendered(kb: KnowledgeBase) -> Non
     kb.backend.set_meta("label_templates", json.dumps({"code": "{title.__class__.__mro__}"}))
     label = kb.search("templates").hits[0].source_label
     assert label == "[code: T]" and "class" not in label
+
+
+# -- 5. what reaches the embedder is capped ----------------------------------------------------
+
+
+class _CappedHashing(HashingEmbedder):
+    max_chars = 20
+
+
+def test_text_past_max_chars_never_reaches_the_model(tmp_path: Path) -> None:
+    model = _CappedHashing(16)
+    head = "alpha beta gamma del"  # 20 characters
+    long = head + "ta epsilon zeta" * 1000
+    assert (model.embed_query(long) == model.embed_batch([head])[0]).all()
+    assert (model.embed_documents([long, "x"])[0] == model.embed_batch([head])[0]).all()
+    with hybridkb.open(tmp_path / "kb.db", embedder=model) as kb:
+        kb.add(long, id="a")
+        assert (kb.backend.vectors_for(["a"])["a"] == model.embed_batch([head])[0]).all()
+
+
+def test_the_default_models_cut_keeps_every_token_it_reads() -> None:
+    """Cutting at max_chars loses nothing the model reads (its first 256 tokens), on real prose
+    and code: the project's own docs and sources."""
+    from hybridkb.embedding.minilm import MAX_TOKENS, MiniLMEmbedder, _load
+
+    model = MiniLMEmbedder()
+    tokenizer, _ = _load()
+    root = Path(__file__).resolve().parent.parent
+    texts = [p.read_text(encoding="utf-8") for p in sorted(root.glob("docs/*.md"))]
+    texts += [p.read_text(encoding="utf-8") for p in sorted((root / "src" / "hybridkb").glob("*.py"))]
+    long = [t for t in texts if len(t) > model.max_chars]  # type: ignore[operator]
+    assert len(long) >= 5
+    for text in long:
+        assert tokenizer.encode(model.clip(text)).ids[:MAX_TOKENS - 1] == \
+            tokenizer.encode(text).ids[:MAX_TOKENS - 1]
+    assert model.clip("x" * 10_000_000) == "x" * model.max_chars  # type: ignore[operator]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("tool", "args", "field"), [
+    ("search", {"query": "storage " * 1251}, "query"),
+    ("recall", {"query": "q" * 10_001}, "query"),
+    ("remember", {"text": "m" * 100_001}, "text"),
+])
+async def test_mcp_refuses_oversized_text_fields(tmp_path: Path, tool: str, args: dict[str, Any],
+                                                 field: str) -> None:
+    pytest.importorskip("mcp.server.mcpserver")
+    from mcp import Client
+
+    from hybridkb.mcp import build_server
+
+    with hybridkb.open(tmp_path / "kb.db", embedder=HashingEmbedder(8)) as kb:
+        kb.add("storage notes", id="a")
+        async with Client(build_server(kb)) as client:
+            result = await client.call_tool(tool, args)
+            ok = await client.call_tool(tool, {k: v[:50] for k, v in args.items()})
+        assert result.is_error
+        message = result.content[0].text  # type: ignore[union-attr]
+        assert field in message and "at most" in message and "Traceback" not in message
+        assert not ok.is_error
+        assert kb.count() == (2 if tool == "remember" else 1)
