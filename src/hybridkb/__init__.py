@@ -24,7 +24,7 @@ from .errors import (
     NotFoundError,
     StoreError,
 )
-from .model import Filters, Hit, Item, RetrieverHit, SearchResult
+from .model import Filters, Hit, Item, RetrieverHit, SearchResult, StoredItem
 from .scoring import ScorePolicy
 from .store import KnowledgeBase
 
@@ -34,7 +34,7 @@ __all__ = [
     "BackendUnavailableError", "DimensionMismatchError", "Embedder", "EmbedderMismatchError",
     "Filters", "HashingEmbedder", "Hit", "HybridKBError", "InvalidFilterError", "InvalidInputError",
     "Item", "KnowledgeBase", "MiniLMEmbedder", "NotFoundError", "RetrieverHit", "ScorePolicy",
-    "SearchResult", "StoreError", "open",
+    "SearchResult", "StoreError", "StoredItem", "open",
 ]
 
 def open(
