@@ -270,3 +270,43 @@ async def test_mcp_refuses_oversized_text_fields(tmp_path: Path, tool: str, args
         assert field in message and "at most" in message and "Traceback" not in message
         assert not ok.is_error
         assert kb.count() == (2 if tool == "remember" else 1)
+
+
+# -- 7. a store made by a newer hybridkb is read, never written --------------------------------
+
+
+def _record_migration(target: str, name: str) -> None:
+    if target.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(target, autocommit=True) as conn:
+            conn.execute("INSERT INTO schema_migrations (name) VALUES (%s)", [name])
+    else:
+        import sqlite3
+
+        conn = sqlite3.connect(target)
+        with conn:
+            conn.execute("INSERT INTO schema_migrations (name, applied_at) VALUES (?, 0)", (name,))
+        conn.close()
+
+
+def test_a_newer_schema_opens_for_reading_and_refuses_every_write(target: str) -> None:
+    with hybridkb.open(target, embedder=HashingEmbedder(8)) as kb:
+        kb.add("written by the old version", id="a")
+    _record_migration(target, "007_future_columns")
+    with pytest.warns(hybridkb.NewerSchemaWarning, match=r"newer hybridkb \(schema 7\); upgrade"), \
+            hybridkb.open(target, embedder=HashingEmbedder(8)) as kb:
+        assert kb.get("a").text == "written by the old version"
+        assert kb.search("written").ids == ["a"]
+        assert "schema 7" in kb.stats()["read_only"]
+        writes = [lambda: kb.add("new", id="b"), lambda: kb.upsert("changed", id="a"),
+                  lambda: kb.delete("a"), lambda: kb.set_label_template("default", "[{title}]"),
+                  lambda: kb.search("written", touch=True), kb.purge_expired]
+        for write in writes:
+            with pytest.raises(hybridkb.StoreError, match=r"made by a newer hybridkb \(schema 7\); upgrade"):
+                write()
+        assert [it.text for it in kb.iter_items()] == ["written by the old version"]
+    with pytest.warns(hybridkb.NewerSchemaWarning), hybridkb.open(target, embedder=HashingEmbedder(16)) as kb:
+        with pytest.raises(hybridkb.StoreError, match="newer hybridkb"):
+            kb.reembed()
+        assert kb.count() == 1 and kb.embedder_name == "hashing-8@1"  # nothing switched

@@ -26,15 +26,15 @@ from .errors import (
 )
 from .model import Filters, Hit, Item, RetrieverHit, SearchResult, StoredItem
 from .scoring import ScorePolicy
-from .store import KnowledgeBase
+from .store import KnowledgeBase, NewerSchemaWarning
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BackendUnavailableError", "DimensionMismatchError", "Embedder", "EmbedderMismatchError",
     "Filters", "HashingEmbedder", "Hit", "HybridKBError", "InvalidFilterError", "InvalidInputError",
-    "Item", "KnowledgeBase", "MiniLMEmbedder", "NotFoundError", "RetrieverHit", "ScorePolicy",
-    "SearchResult", "StoreError", "StoredItem", "open",
+    "Item", "KnowledgeBase", "MiniLMEmbedder", "NewerSchemaWarning", "NotFoundError", "RetrieverHit",
+    "ScorePolicy", "SearchResult", "StoreError", "StoredItem", "open",
 ]
 
 def open(

@@ -46,6 +46,10 @@ Progress = Callable[[int], None]
 _UNSET: Any = object()  # tells a deprecated keyword that was not given from one given as None
 
 
+class NewerSchemaWarning(UserWarning):
+    """The store was made by a newer hybridkb: it opens for reading, and writes are refused."""
+
+
 def _deprecated(message: str) -> None:
     warnings.warn(message, DeprecationWarning, stacklevel=3)
 
@@ -63,7 +67,11 @@ class KnowledgeBase:
         self.embedder = embedder
         self.score_policy = score_policy or ScorePolicy()
         self._vector_problem: EmbedderMismatchError | None = None
-        self._check_embedder()
+        if backend.newer_schema is not None:
+            warnings.warn(f"{backend.url}: {backend.newer_schema}", NewerSchemaWarning, stacklevel=3)
+            self._refresh_vector_problem()
+        else:
+            self._check_embedder()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -318,7 +326,7 @@ class KnowledgeBase:
         return None if weights is None else (float(weights[0]), float(weights[1]))
 
     def stats(self) -> dict[str, Any]:
-        return {
+        out = {
             "target": self.target,
             "items": self.count(),
             "corpora": self.corpora(),
@@ -328,6 +336,9 @@ class KnowledgeBase:
             if self.vector_dim is not None else self.count(),
             "reembed_pending": self.backend.get_meta(META_PENDING_EMBEDDER),
         }
+        if self.backend.newer_schema is not None:
+            out["read_only"] = self.backend.newer_schema
+        return out
 
     # -- search -----------------------------------------------------------------------------
 

@@ -50,6 +50,9 @@ class Backend(Protocol):
 
     url: str  # where the store lives, without a password (for messages and stats)
     bm25_weights: tuple[float, float]  # full-text column weights (title, text)
+    # Set when the store holds a migration this version does not know (a newer hybridkb
+    # made it): every write then raises StoreError with this text; reads still work.
+    newer_schema: str | None
 
     # -- meta ---------------------------------------------------------------------------------
     def get_meta(self, key: str) -> str | None:

@@ -97,6 +97,7 @@ class PostgresBackend:
         except (psycopg.Error, ValueError) as exc:
             reason = self._scrub(" ".join(str(exc).split()))
             raise InvalidInputError(f"not a valid PostgreSQL URL: {self.url}: {reason}") from None
+        self.newer_schema: str | None = None
         self._connect_kwargs: dict[str, Any] = {"autocommit": True}
         if "connect_timeout" not in in_url:  # the URL's own value wins
             self._connect_kwargs["connect_timeout"] = max(1, math.ceil(connect_timeout))
@@ -140,7 +141,7 @@ class PostgresBackend:
         register_vector(conn)
 
     def _migrate(self, conn: Connection[Any]) -> None:
-        driver.migrate(conn, self.url)
+        self.newer_schema = driver.migrate(conn, self.url)
 
     @contextmanager
     def _connection(self) -> Iterator[Connection[Any]]:
@@ -166,6 +167,8 @@ class PostgresBackend:
         was killed), a write whose connection died before its transaction began, or a write
         that lost a deadlock or serialization race (rolled back by the server).
         """
+        if write and self.newer_schema is not None:
+            raise StoreError(self.newer_schema)
         for attempt in range(_RETRIES):
             used: Connection[Any] | None = None
             began = False

@@ -139,6 +139,7 @@ class SQLiteBackend:
         self._lock = threading.RLock()
         self._writes = 0  # bumped around every write transaction: read caches key on it
         self._corpora: tuple[tuple[int, int], dict[str, int]] | None = None
+        self.newer_schema: str | None = None
         try:
             self._conn = sqlite_driver.connect(self.path, timeout=BUSY_TIMEOUT_S)
             self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
@@ -148,7 +149,8 @@ class SQLiteBackend:
             self._conn.execute(f"PRAGMA cache_size = {-1024 * int(cache_mb)}")
             self._conn.execute("PRAGMA foreign_keys = ON")
             with self._write() as conn:
-                sqlite_driver.migrate(conn)
+                newer = sqlite_driver.migrate(conn)
+            self.newer_schema = newer
         except self._database_error as exc:
             raise StoreError(f"cannot open SQLite store {self.path!r}: {exc}") from exc
         self._index: VectorIndex | None = None
@@ -159,6 +161,8 @@ class SQLiteBackend:
     @contextmanager
     def _write(self) -> Iterator[Any]:
         """One IMMEDIATE transaction: the write lock is taken up front, so no deadlock."""
+        if self.newer_schema is not None:
+            raise StoreError(self.newer_schema)
         with self._lock:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")

@@ -63,19 +63,25 @@ def errors() -> tuple[type[Exception], type[Exception]]:
     return module.OperationalError, module.DatabaseError
 
 
-def migrate(conn: Any) -> None:
-    """Apply the pending migrations, each recorded by name, inside the caller's transaction."""
+def migrate(conn: Any) -> str | None:
+    """Apply the pending migrations, each recorded by name, inside the caller's transaction.
+
+    A store of a newer schema is left as it is: the reason it must not be written is returned.
+    """
     conn.execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations "
         "(name TEXT PRIMARY KEY, applied_at REAL NOT NULL DEFAULT (unixepoch('subsec')))"
     )
     done = {r[0] for r in conn.execute("SELECT name FROM schema_migrations")}
+    if newer := migrations.newer_schema(done, "sqlite"):
+        return newer
     for name, sql in migrations.load("sqlite"):
         if name in done:
             continue
         for statement in split_sql(sql):
             conn.execute(statement)
         conn.execute("INSERT INTO schema_migrations (name) VALUES (?)", (name,))
+    return None
 
 
 def split_sql(script: str) -> list[str]:
