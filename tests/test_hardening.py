@@ -310,3 +310,141 @@ def test_a_newer_schema_opens_for_reading_and_refuses_every_write(target: str) -
         with pytest.raises(hybridkb.StoreError, match="newer hybridkb"):
             kb.reembed()
         assert kb.count() == 1 and kb.embedder_name == "hashing-8@1"  # nothing switched
+
+
+# -- 4. disk full and damage are StoreErrors naming the cause; check and repair ----------------
+
+
+def _raw(target: str):  # type: ignore[no-untyped-def]
+    """A connection of our own to the store's database (sqlite-vec loaded for SQLite)."""
+    if target.startswith("postgresql://"):
+        import psycopg
+
+        return psycopg.connect(target, autocommit=True)
+    from hybridkb.storage.sqlite import driver
+
+    return driver.connect(target, timeout=5)
+
+
+def test_a_full_disk_is_named_and_nothing_is_half_written(tmp_path: Path) -> None:
+    kb = hybridkb.open(tmp_path / "kb.db", embedder=HashingEmbedder(16))
+    kb.add_many([{"text": f"item {i} " + f"word{i} " * 50, "id": f"i{i}"} for i in range(300)])
+    # The store's own connection is the one capped: max_page_count holds per connection.
+    conn = kb.backend._conn  # type: ignore[attr-defined]
+    conn.execute(f"PRAGMA max_page_count = {conn.execute('PRAGMA page_count').fetchone()[0]}")
+    batch = [{"text": f"filler {n} " + f"fill{n} " * 300, "id": f"f{n}"} for n in range(20)]
+    with pytest.raises(hybridkb.StoreError, match=r"^disk full: ") as info:
+        kb.add_many(batch)
+    assert "no transaction is active" not in str(info.value)
+    with pytest.raises(hybridkb.StoreError, match=r"^disk full: "):
+        kb.upsert("changed " * 3000, id="i1")
+    assert kb.count() == 300 and kb.get_many([b["id"] for b in batch]) == []
+    assert kb.get("i1").text.startswith("item 1 ")
+    assert kb.delete_many([f"i{i}" for i in range(10)]) == 10  # deleting still works when full
+    assert kb.check()["ok"]
+    conn.execute("PRAGMA max_page_count = 1073741823")
+    kb.add_many(batch)
+    assert kb.count() == 310 and kb.search("fill7", mode="fts").ids[0] == "f7"
+    assert kb.check()["problems"] == []
+    kb.close()
+
+
+def _damage(path: Path, table: str) -> int:
+    """Overwrite the middle pages of one table (dbstat says which), or of the file."""
+    from hybridkb.storage.sqlite import driver
+
+    conn = driver.connect(str(path), timeout=5)
+    try:
+        pages = [r[0] for r in conn.execute("SELECT pageno FROM dbstat WHERE name = ? ORDER BY pageno",
+                                            (table,))]
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+    except Exception:  # no dbstat in this SQLite build: the middle of the file
+        pages, size = [], 4096
+    finally:
+        conn.close()
+    if not pages:
+        pages = list(range(1, path.stat().st_size // 4096 + 1))
+    middle = pages[len(pages) // 3: len(pages) // 3 + max(2, len(pages) // 4)]
+    with open(path, "r+b") as f:
+        for n in middle:
+            f.seek((n - 1) * size)
+            f.write(b"\xa5" * size)
+    return len(middle)
+
+
+@pytest.mark.parametrize("table", ["items_fts_data", "items", "vec_items_rowids"])
+def test_a_damaged_file_is_named_and_refuses_writes(tmp_path: Path, table: str) -> None:
+    path = tmp_path / "kb.db"
+    with hybridkb.open(path, embedder=HashingEmbedder(16)) as kb:
+        kb.add_many([{"text": f"item {i} " + f"word{i} " * 30, "id": f"i{i}"} for i in range(1500)])
+    copy = tmp_path / "copy.db"
+    copy.write_bytes(path.read_bytes())
+    assert _damage(copy, table) >= 2
+    damaged = "database file is damaged: run `hybridkb check`"
+    with hybridkb.open(copy, embedder=HashingEmbedder(16)) as kb:
+        errors = []
+        for query in ("word7 item", "word1200", "item 77"):
+            for mode in ("hybrid", "fts", "vector"):
+                try:
+                    kb.search(query, mode=mode)
+                except hybridkb.StoreError as exc:
+                    errors.append(str(exc))
+        assert errors and all(damaged in e for e in errors), errors
+        with pytest.raises(hybridkb.StoreError, match=damaged):
+            kb.add("a write after the damage was seen", id="new")
+        report = kb.check()
+        assert not report["ok"] and report["problems"]
+        assert all(p["fix"].strip() for p in report["problems"])
+        assert any("hybridkb export" in p["fix"] for p in report["problems"])
+    result = CliRunner().invoke(cli, ["--db", str(copy), "--no-embedder", "check"])
+    assert result.exit_code == 1 and "problem: " in result.output and "fix: " in result.output
+    assert "Traceback" not in result.output
+    with hybridkb.open(path, embedder=HashingEmbedder(16)) as kb:  # the original is untouched
+        assert kb.check()["ok"] and kb.count() == 1500
+
+
+def _break_derived_data(target: str, kb: KnowledgeBase) -> None:
+    """Make what derives from the items disagree with them, as a bug or a bad restore would."""
+    conn = _raw(target)
+    if target.startswith("postgresql://"):
+        conn.execute("UPDATE corpus_stats SET n_docs = n_docs + 5")
+        conn.execute("DELETE FROM item_vectors WHERE rowid = (SELECT rowid FROM items WHERE id = 'b')")
+    else:
+        conn.execute("INSERT INTO items_fts (items_fts, rowid, title, text) "
+                     "SELECT 'delete', rowid, title, text FROM items WHERE id = 'a'")
+        conn.execute("DELETE FROM vec_items WHERE rowid = (SELECT rowid FROM items WHERE id = 'b')")
+    conn.close()
+
+
+def test_check_reports_and_repair_rebuilds_what_derives_from_the_items(target: str) -> None:
+    with hybridkb.open(target, embedder=HashingEmbedder(16)) as kb:
+        kb.add_many([{"text": "alpha apples", "id": "a"}, {"text": "bravo bananas", "id": "b"},
+                     {"text": "charlie cherries", "id": "c"}])
+        assert kb.check() == {"target": kb.target, "ok": True, "repaired": [], "problems": []}
+        _break_derived_data(target, kb)
+        report = kb.check()
+        assert not report["ok"] and len(report["problems"]) >= 2
+        assert all("--repair" in p["fix"] for p in report["problems"])
+        assert kb.check()["repaired"] == []  # checking changes nothing
+        fixed = kb.check(repair=True)
+        assert fixed["ok"] and fixed["problems"] == [] and fixed["repaired"], fixed
+        assert any("embedded 1 items again" in line for line in fixed["repaired"])
+        assert kb.search("apples", mode="fts").ids == ["a"]
+        assert kb.search("bravo bananas", mode="vector").ids[0] == "b"
+        assert kb.check()["ok"]
+
+
+def test_cli_check_and_repair(tmp_path: Path) -> None:
+    db = str(tmp_path / "kb.db")
+    with hybridkb.open(db, embedder=HashingEmbedder(16)) as kb:
+        kb.add_many([{"text": "alpha apples", "id": "a"}, {"text": "bravo bananas", "id": "b"}])
+        _break_derived_data(db, kb)
+    run = CliRunner().invoke
+    result = run(cli, ["--db", db, "--embedder", "hashing-16", "check"])
+    assert result.exit_code == 1 and "fts integrity-check" in result.output and "--repair" in result.output
+    result = run(cli, ["--db", db, "--embedder", "hashing-16", "--json", "check", "--repair"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["ok"] and any("full-text index" in line for line in report["repaired"])
+    result = run(cli, ["--db", db, "--embedder", "hashing-16", "check"])
+    assert result.exit_code == 0 and "ok: no problems found" in result.output

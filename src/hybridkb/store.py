@@ -16,6 +16,7 @@ from .errors import (
     EmbedderMismatchError,
     InvalidInputError,
     NotFoundError,
+    StoreError,
 )
 from .model import (
     ITEM_FIELDS,
@@ -29,7 +30,7 @@ from .model import (
     valid_ts,
 )
 from .scoring import ScorePolicy
-from .storage import codec
+from .storage import codec, records
 from .storage.contract import Backend, Vector
 from .storage.records import (
     META_EMBEDDER,
@@ -461,6 +462,28 @@ class KnowledgeBase:
         return self.delete(item_id)
 
     # -- maintenance ------------------------------------------------------------------------
+
+    def check(self, *, repair: bool = False) -> dict[str, Any]:
+        """The store's health: the database's own integrity check and the store's (items,
+        full-text rows, vectors and derived indexes agree), each problem with what to do.
+
+        With `repair`, whatever derives from the items is rebuilt, items whose vector was
+        dropped are embedded again (when this store's model is at hand), and the store is
+        checked again. Returns {"target", "ok", "problems": [{"problem", "fix"}], "repaired"}.
+        """
+        problems = self.backend.integrity_problems()
+        repaired: list[str] = []
+        if repair and problems:
+            try:
+                repaired = self.backend.repair()
+            except StoreError as exc:
+                repaired = [f"repair failed and changed nothing: {exc.__cause__ or exc}"]
+            else:
+                if self.has_vectors and (embedded := self.reembed()):
+                    repaired.append(f"embedded {embedded} items again")
+            problems = self.backend.integrity_problems()
+        return {"target": self.target, "ok": not problems, "repaired": repaired,
+                "problems": [{"problem": p, "fix": records.advice(p)} for p in problems]}
 
     def reembed(self, *, batch_size: int = 64, progress: Progress | None = None) -> int:
         """Give every item a vector from this store's embedder; returns how many were embedded.

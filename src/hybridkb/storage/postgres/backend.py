@@ -36,6 +36,7 @@ try:
     from psycopg.conninfo import conninfo_to_dict
     from psycopg_pool import ConnectionPool, PoolTimeout
 
+    from . import maintenance
     from . import sql as q
 except ImportError as _exc:  # the optional extra is not installed
     _IMPORT_ERROR: ImportError | None = _exc
@@ -511,26 +512,18 @@ class PostgresBackend:
         return self._run(self._integrity_problems, write=False)
 
     def _integrity_problems(self, conn: Connection[Any]) -> list[str]:
-        problems = [
-            f"corpus {corpus!r}: {n} items of total length {length}, but its statistics say "
-            f"{n_stats} and {length_stats}"
-            for corpus, n, n_stats, length, length_stats in conn.execute(q.STATS_CHECK)
-            if (n, length) != (n_stats, length_stats)]
         dim, indexed = self._vector_state(conn)
-        if dim is None:
-            return problems
-        for label, check in q.VECTOR_CHECKS:
-            row = conn.execute(check).fetchone()
-            if row is not None and row[0]:
-                problems.append(f"{row[0]} {label}")
-        index = conn.execute(q.HNSW_VALID).fetchone()
-        if index is not None and not index[0]:
-            problems.append("the HNSW index is invalid (REINDEX INDEX item_vectors_hnsw)")
-        if not indexed and dim <= HNSW_MAX_DIM and self.hnsw_min_rows > 0:
-            row = conn.execute("SELECT count(*) FROM item_vectors").fetchone()
-            if row is not None and row[0] > self.hnsw_min_rows:
-                problems.append(f"{row[0]} vectors but no HNSW index")
-        return problems
+        return maintenance.integrity_problems(conn, dim, indexed, hnsw_max_dim=HNSW_MAX_DIM,
+                                              hnsw_min_rows=self.hnsw_min_rows)
+
+    def repair(self) -> list[str]:
+        def work(conn: Connection[Any]) -> list[str]:
+            self._lock(conn, _LOCK_VECTORS)
+            dim, _ = self._vector_state(conn)
+            return maintenance.repair(conn, dim, self._integrity_problems(conn),
+                                      lambda: self._build_hnsw(conn, dim or 0))
+
+        return self._write(work)
 
 
 def open_postgres(url: str, **options: Any) -> PostgresBackend:

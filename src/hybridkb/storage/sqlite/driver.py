@@ -10,7 +10,7 @@ import sqlite3 as _stdlib
 from types import ModuleType
 from typing import Any
 
-from ...errors import BackendUnavailableError
+from ...errors import BackendUnavailableError, StoreError
 from .. import migrations
 
 _driver: ModuleType | None = None
@@ -63,6 +63,12 @@ def errors() -> tuple[type[Exception], type[Exception]]:
     return module.OperationalError, module.DatabaseError
 
 
+def integrity_error() -> type[Exception]:
+    """The chosen driver's IntegrityError (a constraint, such as a duplicate id)."""
+    error: type[Exception] = driver().IntegrityError
+    return error
+
+
 def migrate(conn: Any) -> str | None:
     """Apply the pending migrations, each recorded by name, inside the caller's transaction.
 
@@ -103,3 +109,26 @@ def split_sql(script: str) -> list[str]:
     if current:
         statements.append("\n".join(current))
     return statements
+
+
+# SQLite's own words for a full disk and for a damaged file.
+_FULL = ("database or disk is full", "disk i/o error", "no space left")
+_DAMAGED = ("malformed", "file is not a database", "corrupt", "could not fetch vector")
+DAMAGED = "database file is damaged: run `hybridkb check`"
+
+
+def is_damage(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return any(word in text for word in _DAMAGED) and not any(word in text for word in _FULL)
+
+
+def store_error(exc: BaseException, doing: str) -> StoreError:
+    """A driver error as the StoreError that names its cause: disk full, damaged, or `doing` failed."""
+    text = str(exc)
+    lowered = text.lower()
+    if any(word in lowered for word in _FULL):
+        return StoreError(f"disk full: {doing} failed and nothing of it was written; free some space "
+                          f"(or raise the file system's quota) and try again ({text})")
+    if is_damage(exc):
+        return StoreError(f"{DAMAGED} ({doing}: {text})")
+    return StoreError(f"{doing} failed: {text}")
