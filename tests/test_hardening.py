@@ -448,3 +448,79 @@ def test_cli_check_and_repair(tmp_path: Path) -> None:
     assert report["ok"] and any("full-text index" in line for line in report["repaired"])
     result = run(cli, ["--db", db, "--embedder", "hashing-16", "check"])
     assert result.exit_code == 0 and "ok: no problems found" in result.output
+
+
+# -- 9. Chinese, Japanese and Korean words are found inside unspaced sentences -----------------
+
+CJK_DOCS = {
+    "ja1": "東京の天気は晴れです。明日は雨が降るでしょう。",
+    "ja2": "大阪の夏はとても暑いです",
+    "zh1": "我们的数据库系统运行得很快",
+    "zh2": "北京是中国的首都，人口众多",
+    "ko1": "서울은 한국의 수도입니다",
+    "ko2": "부산에는 아름다운 해변이 있습니다",
+    "en1": "The weather in Tokyo is sunny",
+}
+
+
+@pytest.mark.parametrize(("query", "expected"), [
+    ("東京", ["ja1"]), ("天気", ["ja1"]), ("晴れ", ["ja1"]), ("大阪", ["ja2"]),
+    ("数据库", ["zh1"]), ("首都", ["zh2"]), ("北京", ["zh2"]),
+    ("서울", ["ko1"]), ("수도", ["ko1"]), ("해변", ["ko2"]),
+    ("東京の天気", ["ja1"]), ('"数据库系统"', ["zh1"]), ("weather tokyo", ["en1"]),
+])
+def test_cjk_words_inside_unspaced_text_are_found(fts_kb: KnowledgeBase, query: str,
+                                                 expected: list[str]) -> None:
+    fts_kb.add_many([{"id": k, "text": v} for k, v in CJK_DOCS.items()])
+    assert fts_kb.search(query, mode="fts").ids[:1] == expected
+    assert set(fts_kb.search(query, mode="fts").ids) == set(expected)
+
+
+def test_cjk_titles_rewrites_and_deletes_keep_the_index_exact(fts_kb: KnowledgeBase) -> None:
+    fts_kb.add("本文", id="t", title="データベースの設計")
+    assert fts_kb.search("設計", mode="fts").ids == ["t"]
+    fts_kb.upsert("新しい本文", id="t", title="東京タワー")
+    assert fts_kb.search("設計", mode="fts").ids == [] and fts_kb.search("タワー", mode="fts").ids == ["t"]
+    fts_kb.delete("t")
+    assert fts_kb.search("タワー", mode="fts").ids == []
+    assert fts_kb.check()["ok"]
+
+
+def test_a_sqlite_store_made_before_cjk_indexing_is_reindexed_on_open(tmp_path: Path) -> None:
+    """Migration 002 re-indexes the CJK text an older store already holds."""
+    from hybridkb.storage import migrations
+    from hybridkb.storage.sqlite import driver
+
+    path = str(tmp_path / "old.db")
+    conn = driver.connect(path, timeout=5)
+    conn.execute("CREATE TABLE schema_migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL DEFAULT 0)")
+    name, script = migrations.load("sqlite")[0]
+    for statement in driver.split_sql(script):
+        conn.execute(statement)
+    conn.execute("INSERT INTO schema_migrations (name) VALUES (?)", (name,))
+    conn.execute("INSERT INTO items (id, corpus, text, created_at, updated_at, content_hash) "
+                 "VALUES ('old', 'default', '東京の天気は晴れです', 0, 0, 'h')")
+    assert conn.execute("SELECT rowid FROM items_fts WHERE items_fts MATCH '天気'").fetchall() == []
+    conn.close()
+    with hybridkb.open(path, embedder=None) as kb:
+        assert kb.search("天気", mode="fts").ids == ["old"]
+        assert kb.check()["ok"]
+
+
+def test_a_postgres_store_made_before_cjk_indexing_is_reindexed_on_open(pg_url: str) -> None:
+    import psycopg
+
+    with hybridkb.open(pg_url, embedder=None) as kb:
+        kb.add("東京の天気は晴れです", id="old")
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # back to the schema before 002
+        conn.execute("CREATE OR REPLACE FUNCTION hybridkb_words(value text) RETURNS text "
+                     "LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE "
+                     "AS $$ SELECT regexp_replace(value, '[!-/:-@\\[-`{-~]+', ' ', 'g') $$")
+        conn.execute("DROP FUNCTION hybridkb_cjk(text)")
+        conn.execute("UPDATE items SET text = text")
+        conn.execute("DELETE FROM schema_migrations WHERE name = '002_cjk_fts'")
+        found = conn.execute("SELECT count(*) FROM items WHERE tsv @@ phraseto_tsquery('english', '天気')")
+        assert found.fetchone() == (0,)
+    with hybridkb.open(pg_url, embedder=None) as kb:
+        assert kb.search("天気", mode="fts").ids == ["old"]
+        assert kb.check()["ok"]

@@ -10,6 +10,7 @@ import sqlite3 as _stdlib
 from types import ModuleType
 from typing import Any
 
+from ... import textquery
 from ...errors import BackendUnavailableError, StoreError
 from .. import migrations
 
@@ -54,7 +55,13 @@ def connect(path: str, *, timeout: float) -> Any:
     except Exception as exc:
         conn.close()
         raise BackendUnavailableError(f"cannot load the sqlite-vec extension: {exc}") from exc
+    # What the FTS5 index reads (migration 002): CJK runs as bigrams, other text unchanged.
+    conn.create_function("hybridkb_fts", 1, _fts_text, deterministic=True)
     return conn
+
+
+def _fts_text(value: object) -> object:
+    return textquery.cjk_expand(value) if isinstance(value, str) else value
 
 
 def errors() -> tuple[type[Exception], type[Exception]]:
