@@ -164,7 +164,7 @@ class SQLiteBackend:
     @contextmanager
     def _write(self, *, repairing: bool = False) -> Iterator[Any]:
         """One IMMEDIATE transaction (the write lock up front: no deadlock), all rolled back on
-        an error; a driver error but a constraint becomes a StoreError naming its cause."""
+        an error; a driver error becomes a StoreError naming its cause (a duplicate id: invalid input)."""
         if self.newer_schema is not None:
             raise StoreError(self.newer_schema)
         if self.damaged and not repairing:
@@ -181,7 +181,10 @@ class SQLiteBackend:
                 yield self._conn
             except BaseException as exc:
                 self._rollback()
-                if isinstance(exc, self._database_error) and not isinstance(exc, self._integrity_error):
+                if isinstance(exc, self._integrity_error) and "UNIQUE constraint failed: items.id" \
+                        in str(exc):
+                    raise InvalidInputError(f"an item with this id already exists: {exc}") from exc
+                if isinstance(exc, self._database_error):
                     raise self._error(exc, "write") from exc
                 raise
             else:
@@ -297,10 +300,6 @@ class SQLiteBackend:
                         conn.execute("DELETE FROM vec_items WHERE rowid = ?", (rowid,))
                         stale_vectors.append(rowid)
                     written.append((rowid, item, vec))
-        except self._integrity_error as exc:
-            if "UNIQUE constraint failed: items.id" in str(exc):
-                raise InvalidInputError(f"an item with this id already exists: {exc}") from exc
-            raise StoreError(f"write failed: {exc}") from exc
         except (UnicodeEncodeError, OverflowError) as exc:
             raise InvalidInputError(f"a value cannot be stored: {exc}") from exc
         self._after_write(written, stale_vectors)
