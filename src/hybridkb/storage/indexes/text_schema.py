@@ -18,11 +18,11 @@ from typing import Any
 import tantivy
 
 from ...model import Filters
-from ...textquery import TextQuery
+from ...textquery import TextQuery, cjk_expand
 
 # Bump when the schema, the analyzer or what a field holds changes: an index written
 # under another format is rebuilt from the items.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 ANALYZER = "hkb_en"
 _RAW = "raw"
 # Absent expiry, stored as a number the clock never reaches (fast fields have no NULL).
@@ -98,8 +98,10 @@ def title_repeat(weights: tuple[float, float]) -> int:
 
 
 def body_of(title: str | None, text: str, repeat: int = TITLE_REPEAT) -> str:
-    """The one BM25 field: the title `repeat` times, then the text."""
-    return "\n".join([title] * repeat + [text]) if title and repeat else text
+    """The one BM25 field: the title `repeat` times, then the text; CJK runs as their
+    overlapping bigrams (textquery.cjk_expand, the rule queries are parsed with)."""
+    body = "\n".join([title] * repeat + [text]) if title and repeat else text
+    return cjk_expand(body)
 
 
 def _meta_number(value: int | float) -> str | None:

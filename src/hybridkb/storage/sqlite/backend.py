@@ -1,7 +1,7 @@
 """The embedded dialect: one SQLite file, the system of record, with derived indexes beside it.
 
 Items and their vectors (a sqlite-vec `vec0` table) are written in one transaction;
-triggers number every committed write in the `changes` log (migration 002). BM25 runs
+triggers number every committed write in the `changes` log (migration 003). BM25 runs
 on a tantivy index in `<file>.idx/text/` that catches up from that log before each
 search, and vectors on a memory-mapped base generation (an HNSW graph past a size) plus
 an exact delta of later writes, in `<file>.idx/vectors/` (storage/indexes/). What both
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from ..indexes.vector_base import Wanted
 from ..indexes.vectors import ANN_MODES, VectorIndexSync, knn
 from ..records import DEFAULT_BM25_WEIGHTS, META_PENDING_VECTOR_DIM, META_VECTOR_DIM
 from . import driver as sqlite_driver
+from . import maintenance
 from .changes import SQLiteChanges, prune
 
 __all__ = ["BUSY_TIMEOUT_S", "DEFAULT_BM25_WEIGHTS", "SQLiteBackend", "filter_sql", "open_sqlite"]
@@ -143,9 +144,12 @@ class SQLiteBackend:
             if not parent.is_dir():
                 raise StoreError(f"cannot create store {self.path!r}: folder {parent} does not exist")
         self._operational_error, self._database_error = sqlite_driver.errors()
+        self._integrity_error = sqlite_driver.integrity_error()
+        self.damaged = False  # set when SQLite reports damage: writes refused until repaired
         self._lock = threading.RLock()
         self._writes = 0  # bumped around every write transaction: read caches key on it
         self._corpora: tuple[tuple[int, int], dict[str, int]] | None = None
+        self.newer_schema: str | None = None
         try:
             self._conn = sqlite_driver.connect(self.path, timeout=BUSY_TIMEOUT_S)
             self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
@@ -155,9 +159,10 @@ class SQLiteBackend:
             self._conn.execute(f"PRAGMA cache_size = {-1024 * int(cache_mb)}")
             self._conn.execute("PRAGMA foreign_keys = ON")
             with self._write() as conn:
-                sqlite_driver.migrate(conn)
+                newer = sqlite_driver.migrate(conn)
+            self.newer_schema = newer
         except self._database_error as exc:
-            raise StoreError(f"cannot open SQLite store {self.path!r}: {exc}") from exc
+            raise sqlite_driver.store_error(exc, f"opening SQLite store {self.path!r}") from exc
         # Derived indexes live in `<file>.idx/` (in memory for ":memory:").
         folder = None
         if self.path != ":memory:":
@@ -178,34 +183,56 @@ class SQLiteBackend:
     # -- plumbing ---------------------------------------------------------------------------
 
     @contextmanager
-    def _write(self) -> Iterator[Any]:
-        """One IMMEDIATE transaction: the write lock is taken up front, so no deadlock."""
+    def _write(self, *, repairing: bool = False) -> Iterator[Any]:
+        """One IMMEDIATE transaction (the write lock up front: no deadlock), all rolled back on
+        an error; a driver error becomes a StoreError naming its cause (a duplicate id: invalid input)."""
+        if self.newer_schema is not None:
+            raise StoreError(self.newer_schema)
+        if self.damaged and not repairing:
+            raise StoreError(f"{sqlite_driver.DAMAGED} --repair before writing to it")
         with self._lock:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
             except self._operational_error as exc:
+                if sqlite_driver.is_damage(exc):
+                    raise self._error(exc, "write") from exc
                 raise StoreError(f"store is busy or read-only: {exc}") from exc
             self._writes += 1
             try:
                 yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
+            except BaseException as exc:
+                self._rollback()
+                if isinstance(exc, self._integrity_error) and "UNIQUE constraint failed: items.id" \
+                        in str(exc):
+                    raise InvalidInputError(f"an item with this id already exists: {exc}") from exc
+                if isinstance(exc, self._database_error):
+                    raise self._error(exc, "write") from exc
                 raise
             else:
                 try:
                     self._conn.execute("COMMIT")
                 except self._database_error as exc:
-                    self._conn.execute("ROLLBACK")
-                    raise StoreError(f"commit failed: {exc}") from exc
+                    self._rollback()
+                    raise self._error(exc, "commit") from exc
             finally:
                 self._writes += 1
+
+    def _rollback(self) -> None:  # SQLite may have rolled back already (a full disk does)
+        if self._conn.in_transaction:
+            with suppress(self._database_error):
+                self._conn.execute("ROLLBACK")
+
+    def _error(self, exc: BaseException, doing: str) -> StoreError:
+        if sqlite_driver.is_damage(exc):
+            self.damaged = True
+        return sqlite_driver.store_error(exc, doing)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         with self._lock:
             try:
                 return list(self._conn.execute(sql, params).fetchall())
             except self._database_error as exc:  # locked too long, corrupt, I/O error
-                raise StoreError(f"query failed: {exc}") from exc
+                raise self._error(exc, "query") from exc
             except (UnicodeEncodeError, OverflowError) as exc:  # a value SQLite cannot bind
                 raise InvalidInputError(f"a value cannot be used in a query: {exc}") from exc
 
@@ -296,10 +323,6 @@ class SQLiteBackend:
                         conn.execute("DELETE FROM vec_items WHERE rowid = ?", (rowid,))
                         stale_vectors.append(rowid)
                     written.append((rowid, item, vec))
-        except self._database_error as exc:
-            if "UNIQUE constraint failed: items.id" in str(exc):
-                raise InvalidInputError(f"an item with this id already exists: {exc}") from exc
-            raise StoreError(f"write failed: {exc}") from exc
         except (UnicodeEncodeError, OverflowError) as exc:
             raise InvalidInputError(f"a value cannot be stored: {exc}") from exc
         self._text.kick()
@@ -506,31 +529,35 @@ class SQLiteBackend:
     # -- maintenance ----------------------------------------------------------------------------
 
     def integrity_problems(self) -> list[str]:
-        """SQLite's integrity check, items and vectors agreeing by rowid, and the text index
-        usable and (once caught up with the log) holding exactly the items."""
-        problems = [f"sqlite: {r[0]}" for r in self._read("PRAGMA integrity_check") if r[0] != "ok"]
-        checks: list[tuple[str, str]] = []
-        if self.vector_dim() is not None:
-            # vec0 answers one rowid lookup at a time: a set membership test is faster.
-            checks += records.vector_checks("vec_items", "i.rowid IN (SELECT rowid FROM vec_items)")
-        for label, sql in checks:
-            try:
-                n = int(self._read(sql)[0][0])
-            except StoreError as exc:
-                problems.append(f"{label}: {exc}")
-                continue
-            if n:
-                problems.append(f"{n} {label}")
+        """SQLite's integrity check, items and vectors agreeing by rowid (maintenance.py), and
+        the derived indexes: usable, and the text index (once caught up with the log)
+        holding exactly the items."""
+        problems = maintenance.integrity_problems(lambda sql: self._read(sql), self.vector_dim())
         problems += self._text.problems()
         problems += self._vectors.problems(self.vector_dim())
-        if not problems:
-            indexed = set(self._text.current().all_rowids())
+        if not any(p.startswith(("sqlite:", "text index")) for p in problems):
+            try:
+                indexed = set(self._text.current().all_rowids())
+            except Exception as exc:  # a damaged index that cannot even be rebuilt here
+                return [*problems, f"text index: cannot be read ({exc})"]
             items = set(self._changes.item_rowids())
             if indexed - items:
                 problems.append(f"{len(indexed - items)} text index documents without an item")
             if items - indexed:
                 problems.append(f"{len(items - indexed)} items missing from the text index")
         return problems
+
+    def repair(self) -> list[str]:
+        dim = self.vector_dim()
+        problems = self.integrity_problems()
+        with self._write(repairing=True) as conn:
+            done = maintenance.repair(conn, dim, problems, _create_vectors(dim) if dim else "")
+        self.damaged = any(p.startswith("sqlite:") for p in maintenance.integrity_problems(
+            lambda sql: self._read(sql), dim))
+        if not self.damaged and any(("index" in p or p.startswith("sqlite:")) for p in problems):
+            self.rebuild_indexes()
+            done.append("rebuilt the derived text and vector indexes from the items")
+        return done
 
     def rebuild_indexes(self) -> None:
         """Rebuild every derived index from the items (what `check --repair` does)."""

@@ -28,6 +28,7 @@ DROP TRIGGER IF EXISTS items_fts_insert;
 DROP TRIGGER IF EXISTS items_fts_delete;
 DROP TRIGGER IF EXISTS items_fts_update;
 DROP TABLE IF EXISTS items_fts;
+DROP VIEW IF EXISTS items_fts_source;
 
 -- Derived indexes on disk name the store they belong to: a copied or replaced .db file
 -- never answers from another store's index.
