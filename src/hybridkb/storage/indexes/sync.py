@@ -231,28 +231,39 @@ class TextIndexSync:
     def _work(self) -> None:
         """Background: fold the delta into the index. Searches go on meanwhile (tantivy's
         commit releases the GIL); a failure here only leaves the delta for the next try."""
-        with contextlib.suppress(Exception), self._exclusive():
+        # Lock order: self._lock is never held while waiting for the file lock here (a search
+        # holds self._lock and may wait for the file lock: the other order would deadlock).
+        with contextlib.suppress(Exception):
             with self._lock:
-                index = self._index if self._index is not None else self._open()
-                if index is None or self._closed:
+                index = self._index
+            if index is None:
+                index = self._open()
+                if index is None:
                     return
-                if self._index is None:
-                    self._index = index
-                    self._delta = TextDelta(base_seq=index.seq, seq=index.seq)
-            while not self._closed:
-                oldest, head = self.source.log_bounds()
-                if index.seq >= head or index.seq < oldest - 1:
-                    return
-                # A commit costs ~100 ms however small: under a stream of writes, wait a little
-                # so one commit takes many of them (searches meanwhile read the delta).
-                if time.monotonic() - self._last_commit < COMMIT_INTERVAL_S:
-                    time.sleep(COMMIT_INTERVAL_S)
-                    continue
-                rowids, reached = self.source.changed_since(index.seq, CATCH_UP_BATCH)
-                docs = self.source.text_docs(rowids)
-                present = {d.rowid for d in docs}
-                index.apply(docs, [r for r in rowids if r not in present], reached)
-                self._last_commit = time.monotonic()
+                with self._lock:
+                    if self._index is None:
+                        self._index = index
+                        self._delta = TextDelta(base_seq=index.seq, seq=index.seq)
+                    index = self._index
+            with self._exclusive():
+                self._fold(index)
+
+    def _fold(self, index: TextIndex) -> None:
+        """Commit the logged changes into `index` (under the file lock)."""
+        while not self._closed:
+            oldest, head = self.source.log_bounds()
+            if index.seq >= head or index.seq < oldest - 1:
+                return
+            # A commit costs ~100 ms however small: under a stream of writes, wait a little
+            # so one commit takes many of them (searches meanwhile read the delta).
+            if time.monotonic() - self._last_commit < COMMIT_INTERVAL_S:
+                time.sleep(COMMIT_INTERVAL_S)
+                continue
+            rowids, reached = self.source.changed_since(index.seq, CATCH_UP_BATCH)
+            docs = self.source.text_docs(rowids)
+            present = {d.rowid for d in docs}
+            index.apply(docs, [r for r in rowids if r not in present], reached)
+            self._last_commit = time.monotonic()
 
     def close(self, timeout: float = 30.0) -> None:
         """Let a running background commit finish (its work is kept), start no other."""
