@@ -193,7 +193,9 @@ def build(
                 codes = np.fromiter((names.setdefault(c, len(names)) for c in b.corpora), dtype=np.int32,
                                     count=len(b.corpora))
                 files["rowids.i64"].write(np.ascontiguousarray(b.rowids, dtype=np.int64).tobytes())
-                files["matrix.f32"].write(np.ascontiguousarray(_unit(b.vectors)).tobytes())
+                # as stored (unit length already, codec.normalized): renormalizing would move
+                # the last bits and reorder ties against the other dialect and the delta
+                files["matrix.f32"].write(np.ascontiguousarray(b.vectors, dtype=np.float32).tobytes())
                 files["corpus.i32"].write(codes.tobytes())
                 files["expires.f64"].write(np.asarray(b.expires, dtype=np.float64).tobytes())
                 files["stale.u8"].write(np.asarray(b.stale, dtype=np.uint8).tobytes())

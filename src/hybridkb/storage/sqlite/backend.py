@@ -509,10 +509,9 @@ class SQLiteBackend:
         if dim is None or limit <= 0:
             return []
         query = codec.query(vector, dim)
-        norm = 0.0 if query is None else float(np.linalg.norm(query))
-        if query is None or norm == 0.0:
+        if query is None or not np.any(query):
             return []
-        query = np.asarray(query / norm, dtype=np.float32)  # scores are cosines, graph or scan
+        query = np.asarray(query, dtype=np.float32)  # stored vectors are unit: M @ q ranks by cosine
         base, delta = self._vectors.view(dim)
         f = area.filters
         rows = None
