@@ -106,10 +106,19 @@ class VectorIndexSync:
 
     # -- reading --------------------------------------------------------------------------------
 
-    def view(self, dim: int) -> tuple[VectorBase | None, VectorDelta]:
-        """The current base (None: everything is in the delta) and the delta after it."""
+    def view(self, dim: int, *, read_only: bool = False) -> tuple[VectorBase | None, VectorDelta]:
+        """The current base (None: everything is in the delta) and the delta after it.
+        `read_only`: the store takes no writes (a newer schema, damage), so no base is
+        published; without one, every vector is read into the delta."""
         with self._lock:
             base = self._current_base(dim)
+            if base is None and read_only:
+                if self._delta is None or self._delta.seq0 != -1:
+                    delta = VectorDelta(-1, self.source.log_bounds()[1])
+                    for batch in self.source.iter_vectors(dim):
+                        delta.update([int(r) for r in batch.rowids], batch)
+                    self._delta = delta
+                return None, self._delta
             if base is None and self.folder is not None and self.source.vector_count() > 0:
                 with self._exclusive("build"):
                     base = self._current_base(dim)

@@ -512,7 +512,10 @@ class SQLiteBackend:
         if query is None or not np.any(query):
             return []
         query = np.asarray(query, dtype=np.float32)  # stored vectors are unit: M @ q ranks by cosine
-        base, delta = self._vectors.view(dim)
+        try:
+            base, delta = self._vectors.view(dim, read_only=self.newer_schema is not None or self.damaged)
+        except self._database_error as exc:  # read on the index builder's own connection
+            raise self._error(exc, "reading the vectors") from exc
         f = area.filters
         rows = None
         if f.needs_row_filter:  # kinds, scope, metadata, time ranges: the filter's rows, exactly
