@@ -175,7 +175,7 @@ def format_hits(result: SearchResult, explain: bool) -> str:
     width = 100
     lines = [f"answered by: {result.answered_by}"] + [f"note: {n}" for n in result.notes]
     for rank, hit in enumerate(result.hits, start=1):
-        head = f"{rank:>3}. {hit.score:.5f}  {hit.source_label}  ({hit.id})"
+        head = f"{rank:>3}. {hit.score:.3f}  {hit.source_label}  ({hit.id})"
         lines.append(head)
         snippet = " ".join(hit.text.split())
         lines.append(textwrap.indent(textwrap.shorten(snippet, width=width, placeholder=" …"), "      "))
@@ -185,8 +185,8 @@ def format_hits(result: SearchResult, explain: bool) -> str:
         if explain:
             parts = [f"{name} #{r.rank} ({r.score:.4f})" for name, r in sorted(hit.retrievers.items())]
             boosts = " ".join(f"{k}×{v:.3f}" for k, v in hit.boosts.items()) or "none"
-            lines.append(f"      {', '.join(parts)} -> fused {hit.fusion_score:.5f}; "
-                         f"boosts {boosts}; final {hit.score:.5f}")
+            lines.append(f"      {', '.join(parts)} -> fused {hit.fusion_score:.5f}, "
+                         f"relevance {hit.relevance:.4f}; boosts {boosts}; score {hit.score:.4f}")
     return "\n".join(lines)
 
 
@@ -200,21 +200,24 @@ def format_hits(result: SearchResult, explain: bool) -> str:
 @click.option("--kind", "kinds", multiple=True, help="Only items of this kind (repeatable).")
 @click.option("--filter", "filter_json", help='Filters as JSON, e.g. {"metadata": {"team": "x"}}.')
 @click.option("--fusion", type=click.Choice(["rrf", "convex", "dbsf"]), default=None)
-@click.option("--min-score", type=float, help="Drop hits whose normalized fused score is lower.")
+@click.option("--min-score", type=float, help="Drop hits scoring lower (scores are in [0, 1]).")
+@click.option("--merge", type=click.Choice(["relevance", "rrf"]), default="relevance",
+              show_default=True, help="How several corpora merge: by relevance, or rrf "
+              "(interleaved by rank: each corpus gets equal say).")
 @click.option("--explain", is_flag=True, help="Show ranks, raw scores, fusion and boosts per hit.")
 @click.option("--touch", is_flag=True, help="Count returned hits as accessed.")
 @pass_ctx
 @handle_errors
 def search(ctx: Context, query: str, mode: str, limit: int, offset: int, corpora: tuple[str, ...],
            kinds: tuple[str, ...], filter_json: str | None, fusion: str | None,
-           min_score: float | None, explain: bool, touch: bool) -> None:
+           min_score: float | None, merge: str, explain: bool, touch: bool) -> None:
     """Search the store."""
     filters = _parse_metadata(filter_json) if filter_json else {}
     if kinds:
         filters["kind"] = list(kinds)
     result = ctx.kb().search(query, mode=mode, limit=limit, offset=offset,
                              corpora=list(corpora) or None, filters=filters or None,
-                             fusion=fusion, min_score=min_score, touch=touch)
+                             fusion=fusion, min_score=min_score, merge=merge, touch=touch)
     emit(ctx, result.to_dict(explain=explain), lambda: click.echo(format_hits(result, explain)))
 
 
@@ -324,8 +327,11 @@ def demo(ctx: Context, query: str, limit: int) -> None:
 
 
 @cli.command(name="eval")
-@click.option("--dataset", required=True, type=click.Path(exists=True, file_okay=False),
-              help="A BEIR-layout folder: corpus.jsonl[.gz], queries.jsonl, qrels/<split>.tsv.")
+@click.option("--dataset", "datasets", required=True, multiple=True,
+              type=click.Path(exists=True, file_okay=False),
+              help="A BEIR-layout folder: corpus.jsonl[.gz], queries.jsonl, qrels/<split>.tsv. "
+                   "Repeat it to load several sets as corpora of one store (with small distractor "
+                   "corpora) and compare own-corpus with every-corpus search.")
 @click.option("--split", default="test", show_default=True, help="Which qrels/<split>.tsv to run.")
 @click.option("--mode", "modes", multiple=True, help="fts, vector, hybrid (repeatable or a comma "
               "list; default all).")
@@ -345,6 +351,11 @@ def demo(ctx: Context, query: str, limit: int) -> None:
               "for 100 hits); the default row always keeps the search default.")
 @click.option("--db", "target", help="Index into this store instead of a temporary SQLite file.")
 @click.option("--no-default-row", is_flag=True, help="Skip the row run with search defaults.")
+@click.option("--near-duplicates", is_flag=True, help="Add a near-copy of each relevant document: "
+              "alternately a non-relevant decoy and a relevant sibling (tests the collapse).")
+@click.option("--merge", "merges", multiple=True, help="Several datasets: how every-corpus rows "
+              "merge corpora, relevance or rrf (repeatable or a comma list; default the search's).")
+@click.option("--no-distractors", is_flag=True, help="Several datasets: no distractor corpora.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write cached embeddings.")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the JSON report to this file.")
@@ -352,12 +363,16 @@ def demo(ctx: Context, query: str, limit: int) -> None:
               help="Print one JSON object (as the global --json).")
 @pass_ctx
 @handle_errors
-def eval_(ctx: Context, dataset: str, split: str, modes: tuple[str, ...], fusions: tuple[str, ...],
-          weights: tuple[str, ...], rrf_ks: tuple[str, ...], bm25: tuple[str, ...],
+def eval_(ctx: Context, datasets: tuple[str, ...], split: str, modes: tuple[str, ...],
+          fusions: tuple[str, ...], weights: tuple[str, ...], rrf_ks: tuple[str, ...], bm25: tuple[str, ...],
           max_queries: int | None, ignore_identical_ids: bool, scope_by: str | None,
-          depth: int | None, target: str | None, no_default_row: bool, no_cache: bool,
+          depth: int | None, target: str | None, no_default_row: bool, near_duplicates: bool,
+          merges: tuple[str, ...], no_distractors: bool, no_cache: bool,
           output: Path | None, as_json: bool) -> None:
     """Measure nDCG@10, Recall@100, MRR@10 and latency on a BEIR dataset, per mode and fusion.
+
+    With several --dataset options, each set's queries run over its own corpus and over
+    every corpus of one store, side by side.
 
     Embeddings are cached in $HYBRIDKB_CACHE (default ~/.cache/hybridkb/embeddings).
     """
@@ -377,16 +392,28 @@ def eval_(ctx: Context, dataset: str, split: str, modes: tuple[str, ...], fusion
         rrf_ks=ks or defaults.rrf_ks,
         bm25_weights=runner.parse_pairs(bm25, "--bm25-weights") or defaults.bm25_weights,
         split=split, max_queries=max_queries, ignore_identical_ids=ignore_identical_ids,
-        scope_by=scope_by, depth=depth, db=target, default_row=not no_default_row)
+        scope_by=scope_by, depth=depth, db=target, default_row=not no_default_row,
+        near_duplicates=near_duplicates, distractors=not no_distractors,
+        merges=tuple(runner.split_values(merges)) or defaults.merges)
     needs_model = any(m != "fts" for m in options.modes)
     model = get_embedder(ctx.embedder) if needs_model else None
-    report = runner.evaluate(dataset, model, options, cache=None if no_cache else EmbeddingCache(),
-                             progress=progress_bar)
-    data = report.to_dict()
+    cache = None if no_cache else EmbeddingCache()
+    ctx.as_json = ctx.as_json or as_json
+    if len(datasets) > 1:
+        from .evaluation import multi
+
+        many = multi.evaluate_multi(datasets, model, options, cache=cache, progress=progress_bar)
+        _write_report(output, many.to_dict())
+        emit(ctx, many.to_dict(), lambda: click.echo(multi.format_multi(many)))
+        return
+    report = runner.evaluate(datasets[0], model, options, cache=cache, progress=progress_bar)
+    _write_report(output, report.to_dict())
+    emit(ctx, report.to_dict(), lambda: click.echo(runner.format_table(report)))
+
+
+def _write_report(output: Path | None, data: dict[str, Any]) -> None:
     if output is not None:
         output.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    ctx.as_json = ctx.as_json or as_json
-    emit(ctx, data, lambda: click.echo(runner.format_table(report)))
 
 
 @cli.command()

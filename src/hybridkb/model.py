@@ -209,7 +209,8 @@ class RetrieverHit:
 
 @dataclass(slots=True)
 class Hit:
-    """One search result. `score` is the final score after fusion and boosts."""
+    """One search result. `score` is its relevance in [0, 1] after the score policy
+    (docs/scoring.md); the raw figures behind it are in `retrievers` and `fusion_score`."""
 
     id: str
     corpus: str
@@ -223,6 +224,7 @@ class Hit:
     created_at: float | None = None
     retrievers: dict[str, RetrieverHit] = field(default_factory=dict)
     fusion_score: float = 0.0
+    relevance: float = 0.0  # fused score / best possible in the same search, before boosts
     boosts: dict[str, float] = field(default_factory=dict)
     alternate_sources: list[dict[str, str]] = field(default_factory=list)
 
@@ -245,6 +247,7 @@ class Hit:
                     name: {"rank": r.rank, "score": r.score} for name, r in self.retrievers.items()
                 },
                 "fusion_score": self.fusion_score,
+                "relevance": self.relevance,
                 "boosts": self.boosts,
                 "final_score": self.score,
             }

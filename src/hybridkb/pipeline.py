@@ -1,8 +1,10 @@
 """The search pipeline, written once for every backend.
 
-plan -> retrieve per corpus (filters inside each query) -> collapse duplicates in
-each list -> fuse per corpus -> merge corpora with RRF -> collapse across corpora
--> score policy -> page. Backends know SQL; this module knows fusion.
+plan -> retrieve once per retriever over every corpus searched (filters inside each
+query) -> collapse duplicates in each list -> fuse -> collapse what is left across
+lists and corpora -> score in [0, 1] and policy -> page. With merge="rrf" each corpus is
+retrieved and fused apart and the corpora are interleaved by RRF. Backends know SQL;
+this module knows fusion.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from dataclasses import dataclass, field
 from . import dedup, textquery
 from . import fusion as fusion_lib
 
-__all__ = ["DEFAULT_FUSION", "DEFAULT_WEIGHTS", "SearchPlan", "dedup", "fusion_lib", "run"]
+__all__ = ["DEFAULT_FUSION", "DEFAULT_MERGE", "DEFAULT_WEIGHTS", "MERGES", "SearchPlan", "dedup",
+           "fusion_lib", "run"]
 from .backends.base import Backend, Scope, ScoredIds, Vector
 from .errors import InvalidInputError
 from .labels import source_label
 from .model import Filters, Hit, Item, RetrieverHit, SearchResult
-from .scoring import ScorePolicy, apply
+from .scoring import ScorePolicy, apply, boosted, relevance
 
 # Each retriever returns max(MIN_DEPTH, offset + limit) candidates. A depth that does
 # not grow with `limit` keeps score-aware fusions (whose normalization depends on the
@@ -41,6 +44,11 @@ def _heads(plan: SearchPlan) -> tuple[int, int]:
 # see docs/benchmarks.md for the measurements behind them.
 DEFAULT_FUSION = "dbsf"
 DEFAULT_WEIGHTS = (0.6, 0.4)
+# How a search over several corpora merges them: "relevance" (one list per retriever over
+# all of them, fused once) or "rrf" (fused per corpus, interleaved by rank: each corpus
+# gets equal say).
+MERGES = ("relevance", "rrf")
+DEFAULT_MERGE = "relevance"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +68,7 @@ class SearchPlan:
     policy: ScorePolicy = field(default_factory=ScorePolicy)
     min_score: float | None = None
     max_terms: int = textquery.MAX_TERMS
+    merge: str = DEFAULT_MERGE
 
     def validate(self) -> None:
         if self.mode not in ("hybrid", "fts", "vector"):
@@ -82,7 +91,9 @@ class SearchPlan:
         if self.dedup_cosine is not None and not -1.0 <= self.dedup_cosine <= 1.0:
             raise InvalidInputError(f"dedup_cosine must be in [-1, 1], got {self.dedup_cosine}")
         if self.min_score is not None and not 0.0 <= self.min_score <= 1.0:
-            raise InvalidInputError(f"min_score is a normalized score in [0, 1], got {self.min_score}")
+            raise InvalidInputError(f"min_score is a score in [0, 1], got {self.min_score}")
+        if self.merge not in MERGES:
+            raise InvalidInputError(f"unknown merge {self.merge!r}; use {' or '.join(MERGES)}")
 
     @property
     def candidate_depth(self) -> int:
@@ -93,10 +104,11 @@ class SearchPlan:
 
 @dataclass(slots=True)
 class _Candidate:
-    corpus: str
-    fused: float
+    fused: float  # the fused score, or under merge="rrf" the cross-corpus RRF score
     retrievers: dict[str, RetrieverHit]
     alternates: list[str] = field(default_factory=list)
+    relevance: float = 0.0  # fused / best possible in its list group, in [0, 1]
+    merged: bool = False  # ranked by the cross-corpus RRF score (merge="rrf")
 
 
 QueryEmbedder = Callable[[str], Vector]
@@ -118,23 +130,27 @@ def run(
     qvec = embed_query(plan.query) if use_vec and embed_query is not None else None
 
     depth = plan.candidate_depth
-    lists: dict[str, dict[str, ScoredIds]] = {}
-    for corpus in corpora:
-        scope = Scope(corpus=corpus, filters=plan.filters, now=now)
+    # Merge by relevance: every corpus searched at once, one list per retriever. Merge by
+    # RRF: one group per corpus, fused apart and interleaved by rank.
+    groups = [tuple(corpora)] if plan.merge == "relevance" else [(c,) for c in corpora]
+    lists: dict[tuple[str, ...], dict[str, ScoredIds]] = {}
+    for group in groups:
         per: dict[str, ScoredIds] = {}
         if use_fts:
-            per["fts"] = backend.text_search(text_query, scope, depth)
+            per["fts"] = _retrieve(group, depth, lambda sc: backend.text_search(text_query, sc, depth),
+                                   plan, now)
         if qvec is not None:
-            per["vector"] = backend.vector_search(qvec, scope, depth)
-        lists[corpus] = per
+            per["vector"] = _retrieve(group, depth, lambda sc: backend.vector_search(qvec, sc, depth),
+                                      plan, now)
+        lists[group] = per
 
     answered = _answered_by(lists)
     if answered == "none" and plan.mode == "hybrid":
         words = textquery.plain_words(plan.query)
-        for corpus in corpora:
-            scope = Scope(corpus=corpus, filters=plan.filters, now=now)
-            lists[corpus] = {"substring": backend.substring_search(words, scope, depth)}
-        answered = "substring" if any(lists[c]["substring"] for c in corpora) else "none"
+        for group in groups:
+            lists[group] = {"substring": _retrieve(
+                group, depth, lambda sc: backend.substring_search(words, sc, depth), plan, now)}
+        answered = "substring" if any(lists[g]["substring"] for g in groups) else "none"
 
     head, pool = _heads(plan)
     items: dict[str, Item] = {}
@@ -143,43 +159,48 @@ def run(
 
     vectors = backend.vectors_for(sorted(items)) if plan.dedup_cosine is not None else {}
     candidates: dict[str, _Candidate] = {}
-    best: dict[str, float] = {}
-    per_corpus_ranked: list[list[str]] = []
-    for corpus in corpora:
-        fused = _fuse_corpus(plan, lists[corpus], items, vectors, candidates, corpus, best)
-        per_corpus_ranked.append(fused)
+    ranked_groups = [_fuse_group(plan, lists[g], items, vectors, candidates) for g in groups]
 
-    if len(per_corpus_ranked) > 1:
-        merged = fusion_lib.rrf(per_corpus_ranked, k=plan.rrf_k)
+    if len(ranked_groups) > 1:  # merge="rrf": each corpus gets equal say
+        merged = fusion_lib.rrf(ranked_groups, k=plan.rrf_k)
         for doc, score in merged:
             candidates[doc].fused = score
+            candidates[doc].merged = True
         order = [doc for doc, _ in merged]
-        max_score = 1.0 * len(per_corpus_ranked) / (plan.rrf_k + 1)
     else:
-        order = per_corpus_ranked[0] if per_corpus_ranked else []
-        max_score = best.get(corpora[0], 0.0) if corpora else 0.0
+        order = ranked_groups[0] if ranked_groups else []
 
     order = order[:pool]
     _fetch(backend, items, set(order), now)
     order = [doc for doc in order if doc in items]  # gone since retrieval: deleted meanwhile
-    if len(per_corpus_ranked) > 1:
-        order, absorbed = _collapse(plan, order, items, vectors)
-        for survivor, others in absorbed.items():
-            alt = candidates[survivor].alternates
-            for other in others:
-                alt.extend(a for a in [other, *candidates[other].alternates] if a not in alt)
+    # Each list was collapsed apart; copies that survived in different lists (or corpora)
+    # meet here.
+    order, absorbed = _collapse(plan, order, items, vectors)
+    for survivor, others in absorbed.items():
+        alt = candidates[survivor].alternates
+        for other in others:
+            alt.extend(a for a in [other, *candidates[other].alternates] if a not in alt)
 
+    final = {doc: _final(candidates[doc], items[doc], plan.policy, now) for doc in order}
     if plan.min_score is not None:
-        order = [d for d in order
-                 if max_score > 0 and candidates[d].fused / max_score >= plan.min_score - 1e-12]
-
+        order = [d for d in order if final[d][0] >= plan.min_score - 1e-12]
     # Rank the head by its final score; only the page becomes Hit objects.
-    ranked = sorted(order,
-                    key=lambda doc: (-_score(candidates[doc], items[doc], plan.policy, now), doc))
+    ranked = sorted(order, key=lambda doc: (-final[doc][1], doc))
     page = [_hit(doc, candidates[doc], items, plan.policy, now, labels)
             for doc in ranked[plan.offset : plan.offset + plan.limit]]
     return SearchResult(hits=page, answered_by=answered, mode=plan.mode, query=plan.query,
                         notes=result_notes)
+
+
+def _retrieve(group: tuple[str, ...], depth: int, search: Callable[[Scope], ScoredIds],
+              plan: SearchPlan, now: float) -> ScoredIds:
+    """One retriever's list over the corpora of `group`, best first, `depth` long."""
+    found: ScoredIds = []
+    for corpus in group:
+        found.extend(search(Scope(corpus=corpus, filters=plan.filters, now=now)))
+    if len(group) > 1:
+        found.sort(key=lambda pair: -pair[1])
+    return found[:depth]
 
 
 def _fetch(backend: Backend, items: dict[str, Item], ids: set[str], now: float) -> None:
@@ -190,7 +211,7 @@ def _fetch(backend: Backend, items: dict[str, Item], ids: set[str], now: float) 
                      if it.id is not None)
 
 
-def _answered_by(lists: dict[str, dict[str, ScoredIds]]) -> str:
+def _answered_by(lists: dict[tuple[str, ...], dict[str, ScoredIds]]) -> str:
     found = {name for per in lists.values() for name, scored in per.items() if scored}
     if {"fts", "vector"} <= found:
         return "hybrid"
@@ -199,11 +220,11 @@ def _answered_by(lists: dict[str, dict[str, ScoredIds]]) -> str:
     return "none"
 
 
-def _fuse_corpus(
+def _fuse_group(
     plan: SearchPlan, per: dict[str, ScoredIds], items: dict[str, Item],
-    vectors: dict[str, Vector], candidates: dict[str, _Candidate], corpus: str,
-    best: dict[str, float],
+    vectors: dict[str, Vector], candidates: dict[str, _Candidate],
 ) -> list[str]:
+    """Collapse each list's head, fuse the lists, and record each candidate's relevance."""
     names, scored_lists, weights = [], [], []
     head, _ = _heads(plan)
     for name, scored in per.items():
@@ -216,7 +237,7 @@ def _fuse_corpus(
         scored_lists.append(scored)
         weights.append(plan.weights[1] if name == "vector" else plan.weights[0])
         for rank, (doc, score) in enumerate(scored, start=1):
-            cand = candidates.setdefault(doc, _Candidate(corpus, 0.0, {}))
+            cand = candidates.setdefault(doc, _Candidate(0.0, {}))
             cand.retrievers[name] = RetrieverHit(rank=rank, score=score)
         for survivor, absorbed in alternates.items():
             alt = candidates[survivor].alternates
@@ -226,10 +247,11 @@ def _fuse_corpus(
         return []
     fused = fusion_lib.fuse(plan.fusion, [scored_lists[i] for i in present],
                             weights=[weights[i] for i in present], k=plan.rrf_k)
-    best[corpus] = fusion_lib.best_possible(plan.fusion, [scored_lists[i] for i in present],
-                                            weights=[weights[i] for i in present], k=plan.rrf_k)
+    best = fusion_lib.best_possible(plan.fusion, [scored_lists[i] for i in present],
+                                    weights=[weights[i] for i in present], k=plan.rrf_k)
     for doc, score in fused:
         candidates[doc].fused = score
+        candidates[doc].relevance = relevance(score, best)
     return [doc for doc, _ in fused]
 
 
@@ -249,10 +271,13 @@ def _collapse(
     return order, absorbed
 
 
-def _score(cand: _Candidate, item: Item, policy: ScorePolicy, now: float) -> float:
-    """The final score, as `_hit` computes it."""
-    return apply(cand.fused, policy.factors(kind=item.kind, access_count=item.access_count,
-                                            created_at=item.created_at, now=now))
+def _final(cand: _Candidate, item: Item, policy: ScorePolicy, now: float) -> tuple[float, float]:
+    """(the score shown, the key ranked by): both the boosted relevance when merging by
+    relevance; under merge="rrf" the ranking key is the boosted cross-corpus RRF score."""
+    factors = policy.factors(kind=item.kind, access_count=item.access_count,
+                             created_at=item.created_at, now=now)
+    shown = boosted(cand.relevance, factors)
+    return shown, (apply(cand.fused, factors) if cand.merged else shown)
 
 
 def _hit(
@@ -264,7 +289,8 @@ def _hit(
                              created_at=item.created_at, now=now)
     return Hit(
         id=doc, corpus=item.corpus, text=item.text, title=item.title, kind=item.kind,
-        score=apply(cand.fused, factors), fusion_score=cand.fused, boosts=factors,
+        score=boosted(cand.relevance, factors), relevance=cand.relevance,
+        fusion_score=cand.fused, boosts=factors,
         source_label=_label(item, labels), source_url=item.source_url,
         metadata=item.metadata, created_at=item.created_at, retrievers=cand.retrievers,
         alternate_sources=[{"id": a, "source": _label(items[a], labels)}

@@ -400,9 +400,13 @@ class KnowledgeBase:
         rrf_k: float = pipeline.fusion_lib.RRF_K, depth: int | None = None,
         dedup: float | None = pipeline.dedup.DEFAULT_THRESHOLD, dedup_cosine: float | None = None,
         score_policy: ScorePolicy | None = None, min_score: float | None = None,
-        touch: bool = False, explain: bool = False,
+        merge: str = pipeline.DEFAULT_MERGE, touch: bool = False, explain: bool = False,
     ) -> SearchResult:
         """Hybrid search. A query's text never raises; bad options raise InvalidInputError.
+
+        Several corpora are searched as one (`merge="relevance"`); `merge="rrf"` fuses each
+        corpus apart and interleaves them by rank, so each corpus gets equal say. Each hit's
+        `score` is a relevance in [0, 1] (docs/scoring.md); `min_score` drops lower ones.
 
         `explain` is accepted for symmetry with the CLI: every Hit always carries its
         per-retriever ranks and scores, fusion score and boosts.
@@ -414,7 +418,7 @@ class KnowledgeBase:
             fusion=fusion or pipeline.DEFAULT_FUSION,
             weights=tuple(weights) if weights is not None else pipeline.DEFAULT_WEIGHTS,  # type: ignore[arg-type]
             rrf_k=rrf_k, depth=depth, dedup_threshold=dedup, dedup_cosine=dedup_cosine,
-            policy=score_policy or self.score_policy, min_score=min_score,
+            policy=score_policy or self.score_policy, min_score=min_score, merge=merge,
         )
         plan.validate()
         names = self._resolve_corpora(corpora)
