@@ -12,12 +12,15 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 DEFAULT_THRESHOLD = 0.90
+# A copy is never absorbed by a survivor that scores more than this much higher (on the
+# 0-1 relevance scale of a search): a relevance gap means the texts answer differently.
+DEFAULT_MAX_GAP = 0.05
 _ALL_PAIRS_UP_TO = 64  # below this, sorting tokens for prefix filtering costs more than it saves
 _WORD = re.compile(r"\w+")
 
@@ -44,9 +47,13 @@ def _prefix_length(size: int, threshold: float) -> int:
 
 def collapse(
     ranked: Sequence[tuple[str, str]], threshold: float = DEFAULT_THRESHOLD,
+    *, scores: Mapping[str, float] | None = None, max_gap: float = DEFAULT_MAX_GAP,
 ) -> tuple[list[str], dict[str, list[str]]]:
     """Collapse near-duplicates in a best-first list of (id, text).
 
+    With `scores` (each id's score on a 0-1 scale, e.g. its share of the list's best), a
+    copy is only absorbed when it scores within `max_gap` of the survivor: two texts that
+    a retriever tells apart by that much are not the same answer.
     Returns the surviving ids in order and, per survivor, the ids it absorbed.
     """
     if not 0.0 < threshold <= 1.0:
@@ -57,6 +64,10 @@ def collapse(
         if doc_id not in seen:
             seen.add(doc_id)
             docs.append((doc_id, tokens(text)))
+    if scores is not None:
+        return _collapse_close_scores(docs, threshold, scores, max_gap)
+    if threshold >= 1.0:
+        return _collapse_identical(docs)
     if len(docs) <= _ALL_PAIRS_UP_TO:
         return _collapse_all_pairs(docs, threshold)
     freq = Counter(tok for _, toks in docs for tok in toks)
@@ -99,6 +110,41 @@ def _collapse_all_pairs(
     absorbed: dict[str, list[str]] = {}
     for doc_id, toks in docs:
         match = next((kid for kid, other in kept if _similar(toks, other, threshold)), None)
+        if match is None:
+            kept.append((doc_id, toks))
+        else:
+            absorbed.setdefault(match, []).append(doc_id)
+    return [d for d, _ in kept], absorbed
+
+
+def _collapse_identical(
+    docs: list[tuple[str, frozenset[str]]],
+) -> tuple[list[str], dict[str, list[str]]]:
+    """Threshold 1.0: equal token sets, found by hashing."""
+    first: dict[frozenset[str], str] = {}
+    kept: list[str] = []
+    absorbed: dict[str, list[str]] = {}
+    for doc_id, toks in docs:
+        survivor = first.setdefault(toks, doc_id)
+        if survivor == doc_id:
+            kept.append(doc_id)
+        else:
+            absorbed.setdefault(survivor, []).append(doc_id)
+    return kept, absorbed
+
+
+def _collapse_close_scores(
+    docs: list[tuple[str, frozenset[str]]], threshold: float, scores: Mapping[str, float],
+    max_gap: float,
+) -> tuple[list[str], dict[str, list[str]]]:
+    """Like the all-pairs path, but a copy only joins a survivor scoring within max_gap."""
+    kept: list[tuple[str, frozenset[str]]] = []
+    absorbed: dict[str, list[str]] = {}
+    for doc_id, toks in docs:
+        score = scores.get(doc_id, 0.0)
+        match = next((kid for kid, other in kept
+                      if scores.get(kid, 0.0) - score <= max_gap
+                      and _similar(toks, other, threshold)), None)
         if match is None:
             kept.append((doc_id, toks))
         else:

@@ -175,11 +175,15 @@ def run(
     order = [doc for doc in order if doc in items]  # gone since retrieval: deleted meanwhile
     # Each list was collapsed apart; copies that survived in different lists (or corpora)
     # meet here.
-    order, absorbed = _collapse(plan, order, items, vectors)
+    order, absorbed = _collapse(plan, order, items, vectors,
+                                {d: candidates[d].relevance for d in order})
     for survivor, others in absorbed.items():
         alt = candidates[survivor].alternates
         for other in others:
             alt.extend(a for a in [other, *candidates[other].alternates] if a not in alt)
+    shown = set(order)  # a copy absorbed in one list may survive in another: it is a hit then
+    for doc in order:
+        candidates[doc].alternates = [a for a in candidates[doc].alternates if a not in shown]
 
     final = {doc: _final(candidates[doc], items[doc], plan.policy, now) for doc in order}
     if plan.min_score is not None:
@@ -230,7 +234,7 @@ def _fuse_group(
     for name, scored in per.items():
         # Collapse duplicates in the head (read from the store); the tail only informs fusion.
         top = [d for d, _ in scored[:head] if d in items]
-        kept, alternates = _collapse(plan, top, items, vectors)
+        kept, alternates = _collapse(plan, top, items, vectors, _shares(scored[:head]))
         keep = set(kept)
         scored = [(d, s) for d, s in scored[:head] if d in keep] + list(scored[head:])
         names.append(name)
@@ -257,11 +261,14 @@ def _fuse_group(
 
 def _collapse(
     plan: SearchPlan, order: list[str], items: dict[str, Item], vectors: dict[str, Vector],
+    scores: dict[str, float],
 ) -> tuple[list[str], dict[str, list[str]]]:
-    """Near-duplicate collapse by token Jaccard and, when asked, by vector cosine."""
+    """Near-duplicate collapse by token Jaccard (never across a gap in `scores`, 0-1) and,
+    when asked, by vector cosine."""
     absorbed: dict[str, list[str]] = {}
     if plan.dedup_threshold is not None and len(order) > 1:
-        order, absorbed = dedup.collapse([(d, items[d].text) for d in order], plan.dedup_threshold)
+        order, absorbed = dedup.collapse([(d, items[d].text) for d in order], plan.dedup_threshold,
+                                         scores=scores)
     if plan.dedup_cosine is not None and len(order) > 1:
         order, by_vector = dedup.collapse_by_vectors(order, vectors, plan.dedup_cosine)
         for survivor, others in by_vector.items():
@@ -269,6 +276,12 @@ def _collapse(
             for other in others:
                 merged.extend([other, *absorbed.pop(other, [])])
     return order, absorbed
+
+
+def _shares(scored: ScoredIds) -> dict[str, float]:
+    """Each score as a share of the list's best (1.0 for all when the best is not > 0)."""
+    top = scored[0][1] if scored else 0.0
+    return {d: (s / top if top > 0 else 1.0) for d, s in scored}
 
 
 def _final(cand: _Candidate, item: Item, policy: ScorePolicy, now: float) -> tuple[float, float]:
