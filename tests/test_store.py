@@ -192,9 +192,9 @@ def test_caller_vector_is_used(kb: KnowledgeBase) -> None:
 
 
 def _scope(kb: KnowledgeBase):  # type: ignore[no-untyped-def]
-    from hybridkb.backends.base import Scope
+    from hybridkb.storage.contract import SearchArea
 
-    return Scope(corpus="default", filters=hybridkb.Filters(), now=time.time())
+    return SearchArea(corpora=("default",), filters=hybridkb.Filters(), now=time.time())
 
 
 @pytest.mark.parametrize("bad", [{"text": ""}, {"text": "   "}, {"text": 5}, {"text": "x", "id": ""},

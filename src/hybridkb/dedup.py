@@ -52,8 +52,8 @@ def collapse(
     """Collapse near-duplicates in a best-first list of (id, text).
 
     With `scores` (each id's score on a 0-1 scale, e.g. its share of the list's best), a
-    copy is only absorbed when it scores within `max_gap` of the survivor: two texts that
-    a retriever tells apart by that much are not the same answer.
+    near copy is only absorbed when it scores within `max_gap` of the survivor: two texts
+    that a retriever tells apart by that much are not the same answer.
     Returns the surviving ids in order and, per survivor, the ids it absorbed.
     """
     if not 0.0 < threshold <= 1.0:
@@ -137,14 +137,15 @@ def _collapse_close_scores(
     docs: list[tuple[str, frozenset[str]]], threshold: float, scores: Mapping[str, float],
     max_gap: float,
 ) -> tuple[list[str], dict[str, list[str]]]:
-    """Like the all-pairs path, but a copy only joins a survivor scoring within max_gap."""
+    """Like the all-pairs path, but a near copy only joins a survivor scoring within max_gap
+    (identical token sets always do: titles and metadata may move their scores)."""
     kept: list[tuple[str, frozenset[str]]] = []
     absorbed: dict[str, list[str]] = {}
     for doc_id, toks in docs:
         score = scores.get(doc_id, 0.0)
         match = next((kid for kid, other in kept
-                      if scores.get(kid, 0.0) - score <= max_gap
-                      and _similar(toks, other, threshold)), None)
+                      if toks == other or (scores.get(kid, 0.0) - score <= max_gap
+                                           and _similar(toks, other, threshold))), None)
         if match is None:
             kept.append((doc_id, toks))
         else:

@@ -101,6 +101,18 @@ class Item:
         return f"{self.title} {self.text}" if self.title else self.text
 
 
+@dataclass(slots=True, eq=False)
+class StoredItem(Item):
+    """An item as the store returns it: its id is always set."""
+
+    id: str  # narrowed from Item's `str | None`
+
+    def __eq__(self, other: object) -> bool:  # equal to an Item with the same fields
+        if not isinstance(other, Item):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(Item))
+
+
 ITEM_FIELDS = frozenset(f.name for f in fields(Item))
 
 # Columns a filter may name directly; anything else must go through `metadata`.

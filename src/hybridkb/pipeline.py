@@ -18,11 +18,11 @@ from . import fusion as fusion_lib
 
 __all__ = ["DEFAULT_FUSION", "DEFAULT_MERGE", "DEFAULT_WEIGHTS", "MERGES", "SearchPlan", "dedup",
            "fusion_lib", "run"]
-from .backends.base import Backend, Scope, ScoredIds, Vector
 from .errors import InvalidInputError
 from .labels import source_label
-from .model import Filters, Hit, Item, RetrieverHit, SearchResult
+from .model import MODES, Filters, Hit, RetrieverHit, SearchResult, StoredItem
 from .scoring import ScorePolicy, apply, boosted, relevance
+from .storage.contract import Backend, ScoredIds, SearchArea, Vector
 
 # Each retriever returns max(MIN_DEPTH, offset + limit) candidates. A depth that does
 # not grow with `limit` keeps score-aware fusions (whose normalization depends on the
@@ -40,15 +40,10 @@ def _heads(plan: SearchPlan) -> tuple[int, int]:
     wanted = plan.offset + plan.limit
     return max(DEDUP_HEAD, 2 * wanted), max(POOL, 3 * wanted)
 
-# The default fusion and weights (fts, vector), chosen by the evaluation harness:
-# see docs/benchmarks.md for the measurements behind them.
-DEFAULT_FUSION = "dbsf"
-DEFAULT_WEIGHTS = (0.6, 0.4)
-# How a search over several corpora merges them: "relevance" (one list per retriever over
-# all of them, fused once) or "rrf" (fused per corpus, interleaved by rank: each corpus
-# gets equal say).
-MERGES = ("relevance", "rrf")
-DEFAULT_MERGE = "relevance"
+# The search defaults live in `fusion` (pure); re-exported here for the plan.
+DEFAULT_FUSION = fusion_lib.DEFAULT_FUSION
+DEFAULT_WEIGHTS = fusion_lib.DEFAULT_WEIGHTS
+DEFAULT_MERGE, MERGES = fusion_lib.DEFAULT_MERGE, fusion_lib.MERGES
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +52,6 @@ class SearchPlan:
     mode: str = "hybrid"
     limit: int = 10
     offset: int = 0
-    corpora: tuple[str, ...] | None = None
     filters: Filters = field(default_factory=Filters)
     fusion: str = DEFAULT_FUSION
     weights: tuple[float, float] = DEFAULT_WEIGHTS
@@ -71,7 +65,7 @@ class SearchPlan:
     merge: str = DEFAULT_MERGE
 
     def validate(self) -> None:
-        if self.mode not in ("hybrid", "fts", "vector"):
+        if self.mode not in MODES:
             raise InvalidInputError(f"unknown mode {self.mode!r}; use hybrid, fts or vector")
         if self.fusion not in fusion_lib.FUSIONS:
             raise InvalidInputError(
@@ -132,28 +126,27 @@ def run(
     depth = plan.candidate_depth
     # Merge by relevance: every corpus searched at once, one list per retriever. Merge by
     # RRF: one group per corpus, fused apart and interleaved by rank.
-    groups = [tuple(corpora)] if plan.merge == "relevance" else [(c,) for c in corpora]
+    groups = [tuple(corpora)] if plan.merge == "relevance" and corpora else [(c,) for c in corpora]
     lists: dict[tuple[str, ...], dict[str, ScoredIds]] = {}
     for group in groups:
+        area = SearchArea(corpora=group, filters=plan.filters, now=now)
         per: dict[str, ScoredIds] = {}
         if use_fts:
-            per["fts"] = _retrieve(group, depth, lambda sc: backend.text_search(text_query, sc, depth),
-                                   plan, now)
+            per["fts"] = backend.text_search(text_query, area, depth)
         if qvec is not None:
-            per["vector"] = _retrieve(group, depth, lambda sc: backend.vector_search(qvec, sc, depth),
-                                      plan, now)
+            per["vector"] = backend.vector_search(qvec, area, depth)
         lists[group] = per
 
     answered = _answered_by(lists)
     if answered == "none" and plan.mode == "hybrid":
         words = textquery.plain_words(plan.query)
         for group in groups:
-            lists[group] = {"substring": _retrieve(
-                group, depth, lambda sc: backend.substring_search(words, sc, depth), plan, now)}
+            area = SearchArea(corpora=group, filters=plan.filters, now=now)
+            lists[group] = {"substring": backend.substring_search(words, area, depth)}
         answered = "substring" if any(lists[g]["substring"] for g in groups) else "none"
 
     head, pool = _heads(plan)
-    items: dict[str, Item] = {}
+    items: dict[str, StoredItem] = {}
     _fetch(backend, items, {d for per in lists.values() for sc in per.values() for d, _ in sc[:head]},
            now)
 
@@ -196,23 +189,11 @@ def run(
                         notes=result_notes)
 
 
-def _retrieve(group: tuple[str, ...], depth: int, search: Callable[[Scope], ScoredIds],
-              plan: SearchPlan, now: float) -> ScoredIds:
-    """One retriever's list over the corpora of `group`, best first, `depth` long."""
-    found: ScoredIds = []
-    for corpus in group:
-        found.extend(search(Scope(corpus=corpus, filters=plan.filters, now=now)))
-    if len(group) > 1:
-        found.sort(key=lambda pair: -pair[1])
-    return found[:depth]
-
-
-def _fetch(backend: Backend, items: dict[str, Item], ids: set[str], now: float) -> None:
+def _fetch(backend: Backend, items: dict[str, StoredItem], ids: set[str], now: float) -> None:
     """Read the items not read yet (one query); ids that no longer exist stay absent."""
     missing = sorted(ids.difference(items))
     if missing:
-        items.update((it.id, it) for it in backend.get(missing, include_expired=True, now=now)
-                     if it.id is not None)
+        items.update((it.id, it) for it in backend.get(missing, include_expired=True, now=now))
 
 
 def _answered_by(lists: dict[tuple[str, ...], dict[str, ScoredIds]]) -> str:
@@ -225,7 +206,7 @@ def _answered_by(lists: dict[tuple[str, ...], dict[str, ScoredIds]]) -> str:
 
 
 def _fuse_group(
-    plan: SearchPlan, per: dict[str, ScoredIds], items: dict[str, Item],
+    plan: SearchPlan, per: dict[str, ScoredIds], items: dict[str, StoredItem],
     vectors: dict[str, Vector], candidates: dict[str, _Candidate],
 ) -> list[str]:
     """Collapse each list's head, fuse the lists, and record each candidate's relevance."""
@@ -260,7 +241,7 @@ def _fuse_group(
 
 
 def _collapse(
-    plan: SearchPlan, order: list[str], items: dict[str, Item], vectors: dict[str, Vector],
+    plan: SearchPlan, order: list[str], items: dict[str, StoredItem], vectors: dict[str, Vector],
     scores: dict[str, float],
 ) -> tuple[list[str], dict[str, list[str]]]:
     """Near-duplicate collapse by token Jaccard (never across a gap in `scores`, 0-1) and,
@@ -284,7 +265,7 @@ def _shares(scored: ScoredIds) -> dict[str, float]:
     return {d: (s / top if top > 0 else 1.0) for d, s in scored}
 
 
-def _final(cand: _Candidate, item: Item, policy: ScorePolicy, now: float) -> tuple[float, float]:
+def _final(cand: _Candidate, item: StoredItem, policy: ScorePolicy, now: float) -> tuple[float, float]:
     """(the score shown, the key ranked by): both the boosted relevance when merging by
     relevance; under merge="rrf" the ranking key is the boosted cross-corpus RRF score."""
     factors = policy.factors(kind=item.kind, access_count=item.access_count,
@@ -294,7 +275,7 @@ def _final(cand: _Candidate, item: Item, policy: ScorePolicy, now: float) -> tup
 
 
 def _hit(
-    doc: str, cand: _Candidate, items: dict[str, Item], policy: ScorePolicy, now: float,
+    doc: str, cand: _Candidate, items: dict[str, StoredItem], policy: ScorePolicy, now: float,
     labels: dict[str, str],
 ) -> Hit:
     item = items[doc]
@@ -311,6 +292,6 @@ def _hit(
     )
 
 
-def _label(item: Item, labels: dict[str, str]) -> str:
-    return source_label(corpus=item.corpus, kind=item.kind, title=item.title, item_id=item.id or "",
+def _label(item: StoredItem, labels: dict[str, str]) -> str:
+    return source_label(corpus=item.corpus, kind=item.kind, title=item.title, item_id=item.id,
                         metadata=item.metadata, template=labels.get(item.corpus))
