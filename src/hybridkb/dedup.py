@@ -64,10 +64,10 @@ def collapse(
         if doc_id not in seen:
             seen.add(doc_id)
             docs.append((doc_id, tokens(text)))
+    if threshold >= 1.0:  # identical token sets: no gap can separate them
+        return _collapse_identical(docs)
     if scores is not None:
         return _collapse_close_scores(docs, threshold, scores, max_gap)
-    if threshold >= 1.0:
-        return _collapse_identical(docs)
     if len(docs) <= _ALL_PAIRS_UP_TO:
         return _collapse_all_pairs(docs, threshold)
     freq = Counter(tok for _, toks in docs for tok in toks)
