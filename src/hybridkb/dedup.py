@@ -12,12 +12,15 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
-DEFAULT_THRESHOLD = 0.90
+# 1.0: only true duplicates (the same set of words) collapse by default. Near copies with
+# a few words changed are often different answers (a revised figure, a counter-argument):
+# measured on the --near-duplicates dev sets, Jaccard 0.9 cost recall (docs/benchmarks.md).
+DEFAULT_THRESHOLD = 1.0
 # A copy is never absorbed by a survivor that scores more than this much higher (on the
 # 0-1 relevance scale of a search): a relevance gap means the texts answer differently.
 DEFAULT_MAX_GAP = 0.05
@@ -66,10 +69,12 @@ def collapse(
             docs.append((doc_id, tokens(text)))
     if threshold >= 1.0:  # identical token sets: no gap can separate them
         return _collapse_identical(docs)
-    if scores is not None:
-        return _collapse_close_scores(docs, threshold, scores, max_gap)
+
+    def close(survivor: str, doc: str) -> bool:
+        return scores is None or scores.get(survivor, 0.0) - scores.get(doc, 0.0) <= max_gap
+
     if len(docs) <= _ALL_PAIRS_UP_TO:
-        return _collapse_all_pairs(docs, threshold)
+        return _collapse_all_pairs(docs, threshold, close)
     freq = Counter(tok for _, toks in docs for tok in toks)
     # One global rare-first order; each token's place is a single dict lookup.
     place = {tok: i for i, tok in enumerate(sorted(freq, key=lambda t: (freq[t], t)))}
@@ -91,7 +96,8 @@ def collapse(
         ordered = sorted(toks, key=place.__getitem__)
         prefix = ordered[: _prefix_length(len(ordered), threshold)]
         candidates = sorted({idx for tok in prefix for idx in prefix_index.get(tok, ())})
-        match = next((idx for idx in candidates if _similar(toks, kept_sets[idx], threshold)), None)
+        match = next((idx for idx in candidates if _same(toks, kept_sets[idx], threshold)
+                      and (toks == kept_sets[idx] or close(kept[idx], doc_id))), None)
         if match is not None:
             absorbed.setdefault(kept[match], []).append(doc_id)
             continue
@@ -102,14 +108,21 @@ def collapse(
     return kept, absorbed
 
 
+def _same(a: frozenset[str], b: frozenset[str], threshold: float) -> bool:
+    """Similar enough to be one text (identical token sets always are)."""
+    return a == b or _similar(a, b, threshold)
+
+
 def _collapse_all_pairs(
-    docs: list[tuple[str, frozenset[str]]], threshold: float,
+    docs: list[tuple[str, frozenset[str]]], threshold: float, close: Callable[[str, str], bool],
 ) -> tuple[list[str], dict[str, list[str]]]:
     """Short lists: compare each doc with every kept one whose size could qualify."""
     kept: list[tuple[str, frozenset[str]]] = []
     absorbed: dict[str, list[str]] = {}
     for doc_id, toks in docs:
-        match = next((kid for kid, other in kept if _similar(toks, other, threshold)), None)
+        match = next((kid for kid, other in kept
+                      if _same(toks, other, threshold) and (toks == other or close(kid, doc_id))),
+                     None)
         if match is None:
             kept.append((doc_id, toks))
         else:
@@ -131,26 +144,6 @@ def _collapse_identical(
         else:
             absorbed.setdefault(survivor, []).append(doc_id)
     return kept, absorbed
-
-
-def _collapse_close_scores(
-    docs: list[tuple[str, frozenset[str]]], threshold: float, scores: Mapping[str, float],
-    max_gap: float,
-) -> tuple[list[str], dict[str, list[str]]]:
-    """Like the all-pairs path, but a near copy only joins a survivor scoring within max_gap
-    (identical token sets always do: titles and metadata may move their scores)."""
-    kept: list[tuple[str, frozenset[str]]] = []
-    absorbed: dict[str, list[str]] = {}
-    for doc_id, toks in docs:
-        score = scores.get(doc_id, 0.0)
-        match = next((kid for kid, other in kept
-                      if toks == other or (scores.get(kid, 0.0) - score <= max_gap
-                                           and _similar(toks, other, threshold))), None)
-        if match is None:
-            kept.append((doc_id, toks))
-        else:
-            absorbed.setdefault(match, []).append(doc_id)
-    return [d for d, _ in kept], absorbed
 
 
 def collapse_by_vectors(
