@@ -202,9 +202,8 @@ def format_hits(result: SearchResult, explain: bool) -> str:
 @click.option("--filter", "filter_json", help='Filters as JSON, e.g. {"metadata": {"team": "x"}}.')
 @click.option("--fusion", type=click.Choice(FUSIONS), default=None)
 @click.option("--min-score", type=float, help="Drop hits scoring lower (scores are in [0, 1]).")
-@click.option("--merge", type=click.Choice(MERGES), default=DEFAULT_MERGE,
-              show_default=True, help="How several corpora merge: by relevance, or rrf "
-              "(interleaved by rank: each corpus gets equal say).")
+@click.option("--merge", type=click.Choice(MERGES), default=DEFAULT_MERGE, show_default=True,
+              help="Several corpora: by relevance, or rrf (each corpus gets equal say).")
 @click.option("--explain", is_flag=True, help="Show ranks, raw scores, fusion and boosts per hit.")
 @click.option("--touch", is_flag=True, help="Count returned hits as accessed.")
 @pass_ctx
@@ -279,6 +278,34 @@ def stats(ctx: Context) -> None:
 
 
 @cli.command()
+@click.option("--repair", is_flag=True,
+              help="Rebuild what derives from the items (full-text index, statistics, vectors).")
+@pass_ctx
+@handle_errors
+def check(ctx: Context, repair: bool) -> None:
+    """Check the store: the database's integrity and items, full text and vectors agreeing.
+
+    Exits 1 while problems remain; each comes with what to do about it.
+    """
+    _require_store(ctx.db)
+    if not repair:
+        ctx.embedder = None  # checking needs no model; repairing embeds dropped vectors again
+    report = ctx.kb().check(repair=repair)
+
+    def human() -> None:
+        click.echo(f"store: {report['target']}")
+        for line in report["repaired"]:
+            click.echo(f"repaired: {line}")
+        for entry in report["problems"]:
+            click.echo(f"problem: {entry['problem']}\n  fix: {entry['fix']}")
+        click.echo("ok: no problems found" if report["ok"] else f"{len(report['problems'])} problem(s)")
+
+    emit(ctx, report, human)
+    if not report["ok"]:
+        sys.exit(1)
+
+
+@cli.command()
 @pass_ctx
 @handle_errors
 def purge(ctx: Context) -> None:
@@ -331,8 +358,7 @@ def demo(ctx: Context, query: str, limit: int) -> None:
 @click.option("--dataset", "datasets", required=True, multiple=True,
               type=click.Path(exists=True, file_okay=False),
               help="A BEIR-layout folder: corpus.jsonl[.gz], queries.jsonl, qrels/<split>.tsv. "
-                   "Repeat it to load several sets as corpora of one store (with small distractor "
-                   "corpora) and compare own-corpus with every-corpus search.")
+                   "Repeat it: several sets as corpora of one store (see docs/benchmarks.md).")
 @click.option("--split", default="test", show_default=True, help="Which qrels/<split>.tsv to run.")
 @click.option("--mode", "modes", multiple=True, help="fts, vector, hybrid (repeatable or a comma "
               "list; default all).")
@@ -372,9 +398,7 @@ def eval_(ctx: Context, datasets: tuple[str, ...], split: str, modes: tuple[str,
           output: Path | None, as_json: bool) -> None:
     """Measure nDCG@10, Recall@100, MRR@10 and latency on a BEIR dataset, per mode and fusion.
 
-    With several --dataset options, each set's queries run over its own corpus and over
-    every corpus of one store, side by side.
-
+    Several --dataset: each set's queries over its own corpus and over every corpus.
     Embeddings are cached in $HYBRIDKB_CACHE (default ~/.cache/hybridkb/embeddings).
     """
     from .embedding import get_embedder
@@ -399,22 +423,18 @@ def eval_(ctx: Context, datasets: tuple[str, ...], split: str, modes: tuple[str,
     needs_model = any(m != "fts" for m in options.modes)
     model = get_embedder(ctx.embedder) if needs_model else None
     cache = None if no_cache else EmbeddingCache()
-    ctx.as_json = ctx.as_json or as_json
     if len(datasets) > 1:
         from .evaluation import multi
 
         many = multi.evaluate_multi(datasets, model, options, cache=cache, progress=progress_bar)
-        _write_report(output, many.to_dict())
-        emit(ctx, many.to_dict(), lambda: click.echo(multi.format_multi(many)))
-        return
-    report = runner.evaluate(datasets[0], model, options, cache=cache, progress=progress_bar)
-    _write_report(output, report.to_dict())
-    emit(ctx, report.to_dict(), lambda: click.echo(runner.format_table(report)))
-
-
-def _write_report(output: Path | None, data: dict[str, Any]) -> None:
+        data, text = many.to_dict(), multi.format_multi(many)
+    else:
+        report = runner.evaluate(datasets[0], model, options, cache=cache, progress=progress_bar)
+        data, text = report.to_dict(), runner.format_table(report)
     if output is not None:
         output.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    ctx.as_json = ctx.as_json or as_json
+    emit(ctx, data, lambda: click.echo(text))
 
 
 @cli.command()
@@ -567,9 +587,9 @@ def migrate(ctx: Context, target: str, batch_size: int, no_vectors: bool) -> Non
         dest.close()
     for note in report.notes:
         click.echo(f"note: {note}", err=True)
-    emit(ctx, {"migrated": report.imported, "target": target, "target_items": count,
+    emit(ctx, {"migrated": report.imported, "target": dest.target, "target_items": count,
                "notes": report.notes},
-         lambda: click.echo(f"migrated {report.imported} items to {target}"))
+         lambda: click.echo(f"migrated {report.imported} items to {dest.target}"))
 
 
 def main() -> None:

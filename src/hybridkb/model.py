@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from .errors import InvalidFilterError
 
+# The search modes, defined once: the pipeline validates against MODES, the CLI offers
+# them as choices, the MCP tool schema lists them through `Mode`.
 Mode = Literal["hybrid", "fts", "vector"]
-MODES: tuple[str, ...] = ("hybrid", "fts", "vector")
+MODES: tuple[str, ...] = get_args(Mode)
 
 
 def now_ts() -> float:
