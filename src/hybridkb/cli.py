@@ -391,7 +391,7 @@ def eval_(ctx: Context, dataset: str, split: str, modes: tuple[str, ...], fusion
 
 @cli.command()
 @click.option("--http", "use_http", is_flag=True,
-              help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio.")
+              help="Serve HTTP instead of stdio: MCP at /mcp, REST at /api, the search page at /.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP bind address.")
 @click.option("--port", default=8765, show_default=True, help="HTTP port.")
 @click.option("--token", envvar="HYBRIDKB_TOKEN",
@@ -404,7 +404,11 @@ def eval_(ctx: Context, dataset: str, split: str, modes: tuple[str, ...], fusion
 @handle_errors
 def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None, read_only: bool,
           corpora_csv: str | None) -> None:
-    """Serve the store to agents over MCP (stdio by default; logs go to stderr)."""
+    """Serve the store over MCP (stdio by default); with --http also REST and a search page.
+
+    Logs go to stderr. Over HTTP: MCP at /mcp, the REST API at /api (OpenAPI at
+    /api/openapi.json) and the search page at /, all under one token.
+    """
     try:
         from . import mcp_server
     except ImportError as exc:
@@ -418,12 +422,18 @@ def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None,
     if not use_http:
         mcp_server.run_stdio(server)
         return
-    click.echo(f"hybridkb MCP server on http://{host}:{port}/mcp"
+    assert token is not None
+    from . import web
+
+    app = web.combined_app(ctx.kb(), mcp_server.http_app(server, token=token, host=host), token=token,
+                           host=host, read_only=read_only, corpora=corpora)
+    base = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+    click.echo(f"hybridkb MCP server on {base}/mcp, REST API on {base}/api"
                + (" (read-only)" if read_only else ""), err=True)
     if generated:
         click.echo(f"bearer token for this run: {token}", err=True)
-    assert token is not None
-    mcp_server.run_http(server, host=host, port=port, token=token)
+    click.echo(f"search page: {base}/?token={token if generated else '<your token>'}", err=True)
+    web.run(app, host=host, port=port)
 
 
 @cli.command(name="index")
