@@ -30,13 +30,20 @@ function marked(text, spans) {
 }
 
 function num(x, digits) { return typeof x === "number" ? x.toFixed(digits) : "-"; }
+function raw(x) { return typeof x === "number" ? Number(x.toPrecision(4)).toString() : "-"; }
+
+function shortTitle(hit) {
+  if (hit.title) return hit.title;
+  const words = hit.snippet.replace(/^…/, "").split(" ").slice(0, 8).join(" ");
+  return words.length < hit.snippet.length ? words + " …" : words;
+}
 
 function explainTable(hit, fusion) {
   const ex = hit.explanation || {};
   const rows = [el("tr", {}, el("th", {}, "step"), el("th", {}, "rank"), el("th", {}, "score"))];
   for (const [name, r] of Object.entries(ex.retrievers || {}).sort()) {
     rows.push(el("tr", {"class": "retriever", "data-retriever": name},
-      el("td", {}, name), el("td", {}, "#" + r.rank), el("td", {}, num(r.score, 4))));
+      el("td", {}, name), el("td", {}, "#" + r.rank), el("td", {}, raw(r.score))));
   }
   rows.push(el("tr", {"class": "fusion"}, el("td", {}, "fusion (" + fusion + ")"), el("td", {}, ""),
     el("td", {}, num(ex.fusion_score, 5))));
@@ -58,7 +65,7 @@ function renderHit(hit, fusion) {
     toggle.textContent = details.hidden ? "explain" : "hide explanation";
   });
   const title = el("a", {"class": "title", href: "/items/" + encodeURIComponent(hit.id)},
-    hit.title || hit.id);
+    shortTitle(hit));
   return el("li", {"class": "hit", "data-id": hit.id},
     el("div", {}, title, el("span", {"class": "source"}, hit.source),
       hit.location ? el("span", {"class": "loc"}, hit.location) : null),
