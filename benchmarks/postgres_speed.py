@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 import hybridkb
-from hybridkb.backends.base import Scope
 from hybridkb.embedding import Embedder, get_embedder
 from hybridkb.evaluation.cache import EmbeddingCache
 from hybridkb.model import Filters
+from hybridkb.storage.contract import Scope
 
 from .data import CORPUS, DEFAULT_DATASETS, BenchData, item_vectors, load_data, make_items
 from .measure import BenchEmbedder, clock, stats

@@ -190,7 +190,7 @@ def test_caller_vector_is_used(kb: KnowledgeBase) -> None:
 
 
 def _scope(kb: KnowledgeBase):  # type: ignore[no-untyped-def]
-    from hybridkb.backends.base import Scope
+    from hybridkb.storage.contract import Scope
 
     return Scope(corpus="default", filters=hybridkb.Filters(), now=time.time())
 

@@ -51,11 +51,11 @@ def open(
     model = get_embedder(embedder)
     location = str(target)
     if location.startswith(_POSTGRES_SCHEMES):
-        from .backends.postgres import open_postgres
+        from .storage.postgres.backend import open_postgres
 
         backend: Any = open_postgres(location, **backend_options)
     else:
-        from .backends.sqlite import open_sqlite
+        from .storage.sqlite.backend import open_sqlite
 
         backend = open_sqlite(location, **backend_options)
     try:

@@ -20,7 +20,8 @@ import click
 
 from . import open as open_kb
 from .errors import HybridKBError, InvalidInputError
-from .model import Item, SearchResult, iso
+from .fusion import FUSIONS
+from .model import MODES, Item, SearchResult, iso
 from .store import KnowledgeBase
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -100,7 +101,7 @@ pass_ctx = click.make_pass_decorator(Context)
 def init(ctx: Context) -> None:
     """Create the store (if missing) and record the embedding model."""
     kb = ctx.kb()
-    emit(ctx, kb.stats(), lambda: click.echo(f"store ready: {kb.backend.url}"))
+    emit(ctx, kb.stats(), lambda: click.echo(f"store ready: {kb.target}"))
 
 
 def _parse_metadata(raw: str | None) -> dict[str, Any]:
@@ -192,14 +193,14 @@ def format_hits(result: SearchResult, explain: bool) -> str:
 
 @cli.command()
 @click.argument("query")
-@click.option("--mode", type=click.Choice(["hybrid", "fts", "vector"]), default="hybrid",
+@click.option("--mode", type=click.Choice(MODES), default="hybrid",
               show_default=True)
 @click.option("--limit", default=10, show_default=True)
 @click.option("--offset", default=0, show_default=True)
 @click.option("--corpus", "corpora", multiple=True, help="Search this corpus (repeatable).")
 @click.option("--kind", "kinds", multiple=True, help="Only items of this kind (repeatable).")
 @click.option("--filter", "filter_json", help='Filters as JSON, e.g. {"metadata": {"team": "x"}}.')
-@click.option("--fusion", type=click.Choice(["rrf", "convex", "dbsf"]), default=None)
+@click.option("--fusion", type=click.Choice(FUSIONS), default=None)
 @click.option("--min-score", type=float, help="Drop hits whose normalized fused score is lower.")
 @click.option("--explain", is_flag=True, help="Show ranks, raw scores, fusion and boosts per hit.")
 @click.option("--touch", is_flag=True, help="Count returned hits as accessed.")
@@ -318,7 +319,7 @@ def demo(ctx: Context, query: str, limit: int) -> None:
         items = [json.loads(line) for line in sample.read_text("utf-8").splitlines() if line.strip()]
         kb.upsert_many(items)
         if not ctx.as_json:
-            click.echo(f"loaded {len(items)} sample notes into {kb.backend.url}", err=True)
+            click.echo(f"loaded {len(items)} sample notes into {kb.target}", err=True)
     result = kb.search(query, limit=limit, corpora=["hybridkb-notes"])
     emit(ctx, result.to_dict(), lambda: click.echo(f"query: {query}\n{format_hits(result, False)}"))
 
@@ -410,7 +411,7 @@ def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None,
     /api/openapi.json) and the search page at /, all under one token.
     """
     try:
-        from . import mcp_server
+        from . import mcp as mcp_server
     except ImportError as exc:
         if (exc.name or "").split(".")[0] not in ("mcp", "pydantic", "starlette", "anyio"):
             raise

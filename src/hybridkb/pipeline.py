@@ -15,11 +15,11 @@ from . import dedup, textquery
 from . import fusion as fusion_lib
 
 __all__ = ["DEFAULT_FUSION", "DEFAULT_WEIGHTS", "SearchPlan", "dedup", "fusion_lib", "run"]
-from .backends.base import Backend, Scope, ScoredIds, Vector
 from .errors import InvalidInputError
 from .labels import source_label
-from .model import Filters, Hit, Item, RetrieverHit, SearchResult
+from .model import MODES, Filters, Hit, Item, RetrieverHit, SearchResult
 from .scoring import ScorePolicy, apply
+from .storage.contract import Backend, Scope, ScoredIds, Vector
 
 # Each retriever returns max(MIN_DEPTH, offset + limit) candidates. A depth that does
 # not grow with `limit` keeps score-aware fusions (whose normalization depends on the
@@ -37,10 +37,9 @@ def _heads(plan: SearchPlan) -> tuple[int, int]:
     wanted = plan.offset + plan.limit
     return max(DEDUP_HEAD, 2 * wanted), max(POOL, 3 * wanted)
 
-# The default fusion and weights (fts, vector), chosen by the evaluation harness:
-# see docs/benchmarks.md for the measurements behind them.
-DEFAULT_FUSION = "dbsf"
-DEFAULT_WEIGHTS = (0.6, 0.4)
+# The search defaults live in `fusion` (pure); re-exported here for the plan.
+DEFAULT_FUSION = fusion_lib.DEFAULT_FUSION
+DEFAULT_WEIGHTS = fusion_lib.DEFAULT_WEIGHTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +48,6 @@ class SearchPlan:
     mode: str = "hybrid"
     limit: int = 10
     offset: int = 0
-    corpora: tuple[str, ...] | None = None
     filters: Filters = field(default_factory=Filters)
     fusion: str = DEFAULT_FUSION
     weights: tuple[float, float] = DEFAULT_WEIGHTS
@@ -62,7 +60,7 @@ class SearchPlan:
     max_terms: int = textquery.MAX_TERMS
 
     def validate(self) -> None:
-        if self.mode not in ("hybrid", "fts", "vector"):
+        if self.mode not in MODES:
             raise InvalidInputError(f"unknown mode {self.mode!r}; use hybrid, fts or vector")
         if self.fusion not in fusion_lib.FUSIONS:
             raise InvalidInputError(

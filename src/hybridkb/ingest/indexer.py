@@ -19,7 +19,8 @@ from typing import Any
 
 from ..model import Item
 from ..progress import ProgressFactory, no_progress
-from ..store import MAX_ID_CHARS, KnowledgeBase
+from ..store import KnowledgeBase
+from ..validation import MAX_ID_CHARS
 from .chunk import Chunk, chunk_markdown, chunk_text
 from .code import chunk_code
 from .languages import FileType

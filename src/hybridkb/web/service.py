@@ -11,6 +11,8 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from ..errors import InvalidInputError, NotFoundError
+from ..fusion import DEFAULT_FUSION
+from ..mcp.tools import snippet
 from ..model import Hit, Item, SearchResult, iso
 from ..store import MEMORY_CORPUS, KnowledgeBase
 from .highlight import location, term_spans
@@ -32,8 +34,6 @@ def package_version() -> str:
 
 
 def _snippet(text: str, query: str) -> str:
-    from ..mcp_server import snippet
-
     return snippet(text, query, SNIPPET_CHARS)
 
 
@@ -122,8 +122,6 @@ class Service:
         else:
             result = self.kb.search(query, corpora=names, filters=merged or None, mode=mode,
                                     fusion=fusion, limit=limit, offset=offset)
-        from ..pipeline import DEFAULT_FUSION
-
         return {
             "query": result.query, "mode": result.mode, "fusion": fusion or DEFAULT_FUSION,
             "answered_by": result.answered_by, "notes": list(result.notes),

@@ -23,7 +23,7 @@ from typing import Any
 
 from psycopg import sql
 
-from .base import Scope, Vector
+from ..contract import Scope, Vector
 
 RANKINGS = ("bm25", "ts_rank", "ts_rank_cd")
 BM25_K1 = 1.2

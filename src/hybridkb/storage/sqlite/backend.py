@@ -17,16 +17,17 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import (
+from ...errors import (
     BackendUnavailableError,
     DimensionMismatchError,
     InvalidInputError,
     StoreError,
 )
-from ..model import Filters, Item
-from ..textquery import TextQuery
-from . import migrations, sqlite_driver
-from .base import Scope, ScoredIds, Vector
+from ...model import Filters, Item
+from ...textquery import TextQuery
+from .. import codec, migrations
+from ..contract import Scope, ScoredIds, Vector
+from . import driver as sqlite_driver
 from .vector_index import VectorIndex
 
 BUSY_TIMEOUT_S = 30.0
@@ -256,10 +257,8 @@ class SQLiteBackend:
             raise StoreError("no re-embedding is in progress")
         rows = []
         for item_id, vec, chash in zip(ids, vectors, content_hashes, strict=True):
-            if len(vec) != int(dim):
-                raise DimensionMismatchError(
-                    f"item {item_id!r}: vector has {len(vec)} dimensions, the new model has {dim}")
-            rows.append((item_id, np.asarray(vec, dtype=np.float32).tobytes(), chash))
+            codec.check_dim(vec, int(dim), label=f"item {item_id!r}: vector", holder="the new model has")
+            rows.append((item_id, codec.to_blob(vec), chash))
         with self._write() as conn:
             conn.executemany(
                 "INSERT INTO vec_items_pending (id, embedding, content_hash) VALUES (?, ?, ?) "
@@ -343,13 +342,10 @@ class SQLiteBackend:
                     )).fetchone()
                     rowid, kept_hash = row
                     if vec is not None:
-                        if dim is None or len(vec) != dim:
-                            raise DimensionMismatchError(
-                                f"item {item.id!r}: vector has {len(vec)} dimensions, store has {dim}"
-                            )
+                        codec.check_dim(vec, dim, label=f"item {item.id!r}: vector")
                         conn.execute("DELETE FROM vec_items WHERE rowid = ?", (rowid,))
                         conn.execute("INSERT INTO vec_items (rowid, embedding) VALUES (?, ?)",
-                                     (rowid, np.asarray(vec, dtype=np.float32).tobytes()))
+                                     (rowid, codec.to_blob(vec)))
                     elif kept_hash is None and dim is not None:
                         conn.execute("DELETE FROM vec_items WHERE rowid = ?", (rowid,))
                         stale_vectors.append(rowid)
@@ -390,10 +386,7 @@ class SQLiteBackend:
         writer meanwhile is neither overwritten nor given a vector of its old text.
         """
         dim = self.vector_dim()
-        for item_id, vec in zip(ids, vectors, strict=True):
-            if dim is None or len(vec) != dim:
-                raise DimensionMismatchError(
-                    f"item {item_id!r}: vector has {len(vec)} dimensions, store has {dim}")
+        codec.check_dims(zip(ids, vectors, strict=True), dim)
         written: list[tuple[int, Item, Vector | None]] = []
         with self._write() as conn:
             for item_id, vec, chash in zip(ids, vectors, content_hashes, strict=True):
@@ -405,7 +398,7 @@ class SQLiteBackend:
                 rowid = row[0]
                 conn.execute("DELETE FROM vec_items WHERE rowid = ?", (rowid,))
                 conn.execute("INSERT INTO vec_items (rowid, embedding) VALUES (?, ?)",
-                             (rowid, np.asarray(vec, dtype=np.float32).tobytes()))
+                             (rowid, codec.to_blob(vec)))
                 written.append((rowid, Item(text="", id=item_id, corpus=row[1], expires_at=row[2],
                                             stale=bool(row[3])), vec))
         self._after_write(written, [])
@@ -504,7 +497,7 @@ class SQLiteBackend:
             for item_id, blob in self._read(
                 f"SELECT i.id, v.embedding FROM items i JOIN vec_items v ON v.rowid = i.rowid "
                 f"WHERE i.id IN ({_marks(len(chunk))})", chunk):
-                out[item_id] = np.frombuffer(blob, dtype=np.float32).copy()
+                out[item_id] = codec.from_blob(blob)
         return out
 
     def ids_missing_vectors(self, limit: int) -> list[str]:
@@ -587,10 +580,8 @@ class SQLiteBackend:
         dim = self.vector_dim()
         if dim is None or limit <= 0:
             return []
-        if len(vector) != dim:
-            raise DimensionMismatchError(f"query vector has {len(vector)} dimensions, store has {dim}")
-        query = np.asarray(vector, dtype=np.float32)
-        if not np.all(np.isfinite(query)):
+        query = codec.query(vector, dim)
+        if query is None:
             return []
         index = self._vector_index(dim)
         allowed = None
@@ -628,12 +619,12 @@ class SQLiteBackend:
             stale: list[bool] = []
             while batch := cursor.fetchmany(4096):
                 rowids.extend(r[0] for r in batch)
-                blocks.append(np.frombuffer(b"".join(r[1] for r in batch), dtype=np.float32))
+                blocks.append(codec.matrix_from_blobs([r[1] for r in batch], dim))
                 corpora.extend(r[2] for r in batch)
                 expires.extend(r[3] for r in batch)
                 stale.extend(bool(r[4]) for r in batch)
-            matrix = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.float32)
-            index.load(rowids, matrix.reshape(len(rowids), dim), corpora, expires, stale)
+            matrix = np.concatenate(blocks) if blocks else codec.matrix_from_blobs([], dim)
+            index.load(rowids, matrix, corpora, expires, stale)
             self._index, self._index_version = index, version
             return index
 

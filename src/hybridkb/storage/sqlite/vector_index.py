@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-Vector = npt.NDArray[np.float32]
+from ..codec import Vector
 
 
 class VectorIndex:

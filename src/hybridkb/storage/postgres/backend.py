@@ -3,7 +3,7 @@
 One store per database. Items carry a generated, weighted `tsvector` (title 'A', text 'B');
 their vectors live in `item_vectors` (created when the embedding dimension is first known),
 joined by rowid and deleted with the item (ON DELETE CASCADE). Every write is one
-transaction. Full-text ranking is BM25 computed in SQL (see postgres_sql.py); vector search
+transaction. Full-text ranking is BM25 computed in SQL (see sql.py); vector search
 is cosine KNN through an HNSW index with pgvector's iterative scan, filters inside the query.
 """
 
@@ -18,16 +18,16 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
-from ..errors import (
+from ...errors import (
     BackendUnavailableError,
     DimensionMismatchError,
     InvalidInputError,
     StoreError,
 )
-from ..model import Item
-from ..textquery import TextQuery
-from . import migrations
-from .base import Scope, ScoredIds, Vector
+from ...model import Item
+from ...textquery import TextQuery
+from .. import codec, migrations
+from ..contract import Scope, ScoredIds, Vector
 
 try:
     import psycopg
@@ -36,7 +36,7 @@ try:
     from psycopg.conninfo import conninfo_to_dict
     from psycopg_pool import ConnectionPool, PoolTimeout
 
-    from . import postgres_sql as q
+    from . import sql as q
 except ImportError as _exc:  # the optional extra is not installed
     _IMPORT_ERROR: ImportError | None = _exc
 else:
@@ -91,11 +91,6 @@ def _row_to_item(row: Sequence[Any]) -> Item:
         created_at=row[10], updated_at=row[11], expires_at=row[12], access_count=row[13],
         last_accessed_at=row[14], stale=row[15],
     )
-
-
-def _to_numpy(value: Any) -> Vector:
-    raw = value.to_numpy() if hasattr(value, "to_numpy") else value
-    return np.asarray(raw, dtype=np.float32)
 
 
 class PostgresBackend:
@@ -329,12 +324,9 @@ class PostgresBackend:
             dim = self._pending(conn).get("pending_vector_dim")
             if dim is None:
                 raise StoreError("no re-embedding is in progress")
-            for item_id, vec in zip(ids, vectors, strict=True):
-                if len(vec) != int(dim):
-                    raise DimensionMismatchError(f"item {item_id!r}: vector has {len(vec)} "
-                                                 f"dimensions, the new model has {dim}")
+            codec.check_dims(zip(ids, vectors, strict=True), int(dim), holder="the new model has")
             conn.execute(q.UPSERT_PENDING, [
-                list(ids), [np.asarray(v, dtype=np.float32) for v in vectors],
+                list(ids), codec.to_pg(vectors),
                 list(content_hashes)])
 
         self._write(work)
@@ -418,10 +410,7 @@ class PostgresBackend:
 
         def work(conn: Connection[Any]) -> None:
             dim, indexed = self._vector_state(conn)
-            for item, vec in with_vectors:
-                if dim is None or len(vec) != dim:
-                    raise DimensionMismatchError(
-                        f"item {item.id!r}: vector has {len(vec)} dimensions, store has {dim}")
+            codec.check_dims(((item.id, vec) for item, vec in with_vectors), dim)
             build = self._prepare_vector_write(conn, dim, indexed, bool(with_vectors))
             written = {r[1]: (r[0], r[2]) for r in conn.execute(statement, columns)}
             if dim is None:
@@ -451,7 +440,7 @@ class PostgresBackend:
                      dim: int, build: bool) -> None:
         if rowids:
             conn.execute(q.UPSERT_VECTORS, [
-                list(rowids), [np.asarray(v, dtype=np.float32) for v in vectors]])
+                list(rowids), codec.to_pg(vectors)])
         if build:
             n = conn.execute("SELECT count(*) FROM item_vectors").fetchone()
             if n is not None and n[0] >= self.hnsw_min_rows:
@@ -471,10 +460,7 @@ class PostgresBackend:
 
         def work(conn: Connection[Any]) -> int:
             dim, indexed = self._vector_state(conn)
-            for item_id, vec in by_id.items():
-                if dim is None or len(vec) != dim:
-                    raise DimensionMismatchError(
-                        f"item {item_id!r}: vector has {len(vec)} dimensions, store has {dim}")
+            codec.check_dims(by_id.items(), dim)
             assert dim is not None
             build = self._prepare_vector_write(conn, dim, indexed, True)
             rows = conn.execute(q.MARK_EMBEDDED, [list(ids), list(content_hashes)]).fetchall()
@@ -556,7 +542,7 @@ class PostgresBackend:
                 "SELECT i.id, v.embedding FROM items i JOIN item_vectors v ON v.rowid = i.rowid "
                 "WHERE i.id = ANY(%s)", [list(ids)]).fetchall()
 
-        return {item_id: _to_numpy(vec) for item_id, vec in self._run(work, write=False)}
+        return {item_id: codec.from_pg(vec) for item_id, vec in self._run(work, write=False)}
 
     def ids_missing_vectors(self, limit: int) -> list[str]:
         return [r[0] for r in self._read(
@@ -583,16 +569,12 @@ class PostgresBackend:
     def vector_search(self, vector: Vector, scope: Scope, limit: int) -> ScoredIds:
         if limit <= 0:
             return []
-        query = np.asarray(vector, dtype=np.float32).reshape(-1)
-
         def work(conn: Connection[Any]) -> list[Any]:
             dim, indexed = self._vector_state(conn)
             if dim is None:
                 return []
-            if len(query) != dim:
-                raise DimensionMismatchError(
-                    f"query vector has {len(query)} dimensions, store has {dim}")
-            if not np.all(np.isfinite(query)) or not np.any(query):
+            query = codec.query(vector, dim)
+            if query is None or not np.any(query):  # a zero vector has no cosine
                 return []
             if not indexed:
                 # A small store: the exact scan is the fast plan, and ties fall as SQLite's.
@@ -620,7 +602,7 @@ class PostgresBackend:
 
     def explain_vector_search(self, vector: Vector, scope: Scope, limit: int) -> str:
         """EXPLAIN of the approximate KNN query (to check that the HNSW index is used)."""
-        query = np.asarray(vector, dtype=np.float32).reshape(-1)
+        query = codec.as_array(vector)
         rows = self._run(lambda conn: self._knn(conn, query, scope, limit, explain=True),
                          write=False)
         return "\n".join(r[0] for r in rows)

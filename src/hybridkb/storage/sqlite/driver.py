@@ -10,7 +10,7 @@ import sqlite3 as _stdlib
 from types import ModuleType
 from typing import Any
 
-from ..errors import BackendUnavailableError
+from ...errors import BackendUnavailableError
 
 _driver: ModuleType | None = None
 

@@ -6,13 +6,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import numpy as np
-import numpy.typing as npt
-
 from ..model import Filters, Item
 from ..textquery import TextQuery
+from .codec import Vector
 
-Vector = npt.NDArray[np.float32]
+__all__ = ["Backend", "Scope", "ScoredIds", "Vector"]
+
 ScoredIds = list[tuple[str, float]]
 
 
