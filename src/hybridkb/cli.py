@@ -19,28 +19,12 @@ from typing import Any, TypeVar
 import click
 
 from . import open as open_kb
+from .cli_options import Context, add_global_options, global_options, require_store
 from .errors import HybridKBError, InvalidInputError
 from .fusion import FUSIONS
 from .model import MODES, Item, SearchResult, iso
-from .store import KnowledgeBase
 
 F = TypeVar("F", bound=Callable[..., Any])
-DEFAULT_DB = "hybridkb.db"
-
-
-class Context:
-    def __init__(self, db: str, embedder: str | None, as_json: bool) -> None:
-        self.db, self.embedder, self.as_json = db, embedder, as_json
-        self._kb: KnowledgeBase | None = None
-
-    def kb(self) -> KnowledgeBase:
-        if self._kb is None:
-            self._kb = open_kb(self.db, embedder=self.embedder)
-        return self._kb
-
-    def close(self) -> None:
-        if self._kb is not None:
-            self._kb.close()
 
 
 def _fail(message: str) -> None:
@@ -78,17 +62,22 @@ def progress_bar(total: int | None, desc: str) -> Any:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--db", envvar="HYBRIDKB_DB", default=DEFAULT_DB, show_default=True,
-              help="Store: a SQLite file path or a postgresql:// URL (env HYBRIDKB_DB).")
-@click.option("--embedder", default="default", show_default=True,
-              help="Embedding model: default (all-MiniLM-L6-v2), hashing-DIM, or none.")
-@click.option("--no-embedder", is_flag=True, help="Full-text only: no vectors, no model load.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@global_options
+@click.option("--config", "config_path", metavar="FILE",
+              help="Read settings from this TOML file (env HYBRIDKB_CONFIG; default ./hybridkb.toml, "
+                   "else hybridkb.toml in the user config folder).")
 @click.version_option(package_name="hybridkb")
 @click.pass_context
-def cli(ctx: click.Context, db: str, embedder: str, no_embedder: bool, as_json: bool) -> None:
-    """hybridkb: hybrid BM25 + vector search over your knowledge, in one SQLite file."""
-    ctx.obj = Context(db, None if no_embedder else embedder, as_json)
+def cli(ctx: click.Context, config_path: str | None) -> None:
+    """hybridkb: hybrid BM25 + vector search over your knowledge, in one SQLite file.
+
+    Global options (--db, --embedder, --no-embedder, --json) go before or after the
+    command. Each setting comes from the flag, else the environment, else hybridkb.toml.
+    """
+    try:
+        ctx.obj = Context.start(ctx, config_path)
+    except HybridKBError as exc:
+        _fail(str(exc))
     ctx.call_on_close(ctx.obj.close)
 
 
@@ -417,6 +406,8 @@ def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None,
             raise
         _fail("the MCP server needs the mcp package: pip install 'hybridkb[mcp]'")
     corpora = [c.strip() for c in (corpora_csv or "").split(",") if c.strip()] or None
+    if read_only:
+        ctx.require_store()  # nothing to serve, and nothing may be written
     if use_http:
         token, generated = mcp_server.check_http_binding(host, token)
     server = mcp_server.build_server(ctx.kb(), read_only=read_only, corpora=corpora)
@@ -471,9 +462,7 @@ def index_(ctx: Context, path: Path, corpus: str, includes: tuple[str, ...],
 
 
 def _require_store(db: str) -> None:
-    """Reading commands do not create a store where there is none."""
-    if "://" not in db and db != ":memory:" and not Path(db).expanduser().exists():
-        raise InvalidInputError(f"no store at {db!r} (set --db or HYBRIDKB_DB)")
+    require_store(db)
 
 
 @cli.command(name="export")
@@ -553,6 +542,9 @@ def migrate(ctx: Context, target: str, batch_size: int, no_vectors: bool) -> Non
     emit(ctx, {"migrated": report.imported, "target": target, "target_items": count,
                "notes": report.notes},
          lambda: click.echo(f"migrated {report.imported} items to {target}"))
+
+
+add_global_options(cli)
 
 
 def main() -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .service import MAX_LIMIT, package_version
+from ..version import package_version
+from .service import MAX_LIMIT
 
 _ERROR = {"$ref": "#/components/responses/Error"}
 _OBJ: dict[str, Any] = {"type": "object"}

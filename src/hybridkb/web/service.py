@@ -7,7 +7,6 @@ shapes; `api.py` only turns requests into calls and errors into statuses.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from ..errors import InvalidInputError, NotFoundError
@@ -24,13 +23,6 @@ ITEM_FIELDS = ("id", "corpus", "title", "kind", "scope", "repo", "namespace", "s
 
 class ReadOnlyError(InvalidInputError):
     """A write asked of a server started with --read-only."""
-
-
-def package_version() -> str:
-    try:
-        return version("hybridkb")
-    except PackageNotFoundError:  # running from a source tree that was never installed
-        return "0+unknown"
 
 
 def _snippet(text: str, query: str) -> str:
@@ -139,7 +131,6 @@ class Service:
         if self.allowed is not None:
             data["corpora"] = {c: n for c, n in data["corpora"].items() if c in self.allowed}
             data["items"] = sum(data["corpora"].values())
-        data.setdefault("version", package_version())
         data["read_only"] = self.read_only
         return data
 
