@@ -26,7 +26,7 @@ import hybridkb
 from hybridkb import BackendUnavailableError, HashingEmbedder, KnowledgeBase
 from hybridkb.model import parse_filters
 from hybridkb.storage import migrations
-from hybridkb.storage.contract import Scope
+from hybridkb.storage.contract import SearchArea
 from hybridkb.storage.postgres import backend as pg
 from hybridkb.textquery import parse as parse_query
 
@@ -39,8 +39,8 @@ WORDS = ("alpha beta gamma delta epsilon zeta theta kappa lambda sigma omega riv
          "market ledger kernel socket thread cache index vector billing deploy migrate").split()
 
 
-def scope(corpus: str = "default", **filters: Any) -> Scope:
-    return Scope(corpus=corpus, filters=parse_filters(filters), now=time.time())
+def scope(corpus: str = "default", **filters: Any) -> SearchArea:
+    return SearchArea(corpora=(corpus,), filters=parse_filters(filters), now=time.time())
 
 
 def sql(url: str, statement: str, params: Any = None) -> list[Any]:

@@ -93,15 +93,15 @@ def init(ctx: Context) -> None:
     emit(ctx, kb.stats(), lambda: click.echo(f"store ready: {kb.target}"))
 
 
-def _parse_metadata(raw: str | None) -> dict[str, Any]:
+def _parse_json_object(raw: str | None, option: str) -> dict[str, Any]:
     if not raw:
         return {}
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise InvalidInputError(f"--metadata is not valid JSON: {exc}") from exc
+        raise InvalidInputError(f"{option} is not valid JSON: {exc}") from exc
     if not isinstance(value, dict):
-        raise InvalidInputError("--metadata must be a JSON object")
+        raise InvalidInputError(f"{option} must be a JSON object")
     return value
 
 
@@ -126,7 +126,7 @@ def add(ctx: Context, /, text: str, item_id: str | None, metadata: str | None, r
     kb = ctx.kb()
     data = {k: v for k, v in fields.items() if v is not None}
     write = kb.upsert if replace else kb.add
-    new_id = write(text, id=item_id, metadata=_parse_metadata(metadata), **data)
+    new_id = write(text, id=item_id, metadata=_parse_json_object(metadata, "--metadata"), **data)
     emit(ctx, {"id": new_id}, lambda: click.echo(new_id))
 
 
@@ -199,7 +199,7 @@ def search(ctx: Context, query: str, mode: str, limit: int, offset: int, corpora
            kinds: tuple[str, ...], filter_json: str | None, fusion: str | None,
            min_score: float | None, explain: bool, touch: bool) -> None:
     """Search the store."""
-    filters = _parse_metadata(filter_json) if filter_json else {}
+    filters = _parse_json_object(filter_json, "--filter")
     if kinds:
         filters["kind"] = list(kinds)
     result = ctx.kb().search(query, mode=mode, limit=limit, offset=offset,

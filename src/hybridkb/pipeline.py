@@ -17,9 +17,9 @@ from . import fusion as fusion_lib
 __all__ = ["DEFAULT_FUSION", "DEFAULT_WEIGHTS", "SearchPlan", "dedup", "fusion_lib", "run"]
 from .errors import InvalidInputError
 from .labels import source_label
-from .model import MODES, Filters, Hit, Item, RetrieverHit, SearchResult
+from .model import MODES, Filters, Hit, RetrieverHit, SearchResult, StoredItem
 from .scoring import ScorePolicy, apply
-from .storage.contract import Backend, Scope, ScoredIds, Vector
+from .storage.contract import Backend, ScoredIds, SearchArea, Vector
 
 # Each retriever returns max(MIN_DEPTH, offset + limit) candidates. A depth that does
 # not grow with `limit` keeps score-aware fusions (whose normalization depends on the
@@ -118,24 +118,24 @@ def run(
     depth = plan.candidate_depth
     lists: dict[str, dict[str, ScoredIds]] = {}
     for corpus in corpora:
-        scope = Scope(corpus=corpus, filters=plan.filters, now=now)
+        area = SearchArea(corpora=(corpus,), filters=plan.filters, now=now)
         per: dict[str, ScoredIds] = {}
         if use_fts:
-            per["fts"] = backend.text_search(text_query, scope, depth)
+            per["fts"] = backend.text_search(text_query, area, depth)
         if qvec is not None:
-            per["vector"] = backend.vector_search(qvec, scope, depth)
+            per["vector"] = backend.vector_search(qvec, area, depth)
         lists[corpus] = per
 
     answered = _answered_by(lists)
     if answered == "none" and plan.mode == "hybrid":
         words = textquery.plain_words(plan.query)
         for corpus in corpora:
-            scope = Scope(corpus=corpus, filters=plan.filters, now=now)
-            lists[corpus] = {"substring": backend.substring_search(words, scope, depth)}
+            area = SearchArea(corpora=(corpus,), filters=plan.filters, now=now)
+            lists[corpus] = {"substring": backend.substring_search(words, area, depth)}
         answered = "substring" if any(lists[c]["substring"] for c in corpora) else "none"
 
     head, pool = _heads(plan)
-    items: dict[str, Item] = {}
+    items: dict[str, StoredItem] = {}
     _fetch(backend, items, {d for per in lists.values() for sc in per.values() for d, _ in sc[:head]},
            now)
 
@@ -180,12 +180,11 @@ def run(
                         notes=result_notes)
 
 
-def _fetch(backend: Backend, items: dict[str, Item], ids: set[str], now: float) -> None:
+def _fetch(backend: Backend, items: dict[str, StoredItem], ids: set[str], now: float) -> None:
     """Read the items not read yet (one query); ids that no longer exist stay absent."""
     missing = sorted(ids.difference(items))
     if missing:
-        items.update((it.id, it) for it in backend.get(missing, include_expired=True, now=now)
-                     if it.id is not None)
+        items.update((it.id, it) for it in backend.get(missing, include_expired=True, now=now))
 
 
 def _answered_by(lists: dict[str, dict[str, ScoredIds]]) -> str:
@@ -198,7 +197,7 @@ def _answered_by(lists: dict[str, dict[str, ScoredIds]]) -> str:
 
 
 def _fuse_corpus(
-    plan: SearchPlan, per: dict[str, ScoredIds], items: dict[str, Item],
+    plan: SearchPlan, per: dict[str, ScoredIds], items: dict[str, StoredItem],
     vectors: dict[str, Vector], candidates: dict[str, _Candidate], corpus: str,
     best: dict[str, float],
 ) -> list[str]:
@@ -232,7 +231,7 @@ def _fuse_corpus(
 
 
 def _collapse(
-    plan: SearchPlan, order: list[str], items: dict[str, Item], vectors: dict[str, Vector],
+    plan: SearchPlan, order: list[str], items: dict[str, StoredItem], vectors: dict[str, Vector],
 ) -> tuple[list[str], dict[str, list[str]]]:
     """Near-duplicate collapse by token Jaccard and, when asked, by vector cosine."""
     absorbed: dict[str, list[str]] = {}
@@ -247,14 +246,14 @@ def _collapse(
     return order, absorbed
 
 
-def _score(cand: _Candidate, item: Item, policy: ScorePolicy, now: float) -> float:
+def _score(cand: _Candidate, item: StoredItem, policy: ScorePolicy, now: float) -> float:
     """The final score, as `_hit` computes it."""
     return apply(cand.fused, policy.factors(kind=item.kind, access_count=item.access_count,
                                             created_at=item.created_at, now=now))
 
 
 def _hit(
-    doc: str, cand: _Candidate, items: dict[str, Item], policy: ScorePolicy, now: float,
+    doc: str, cand: _Candidate, items: dict[str, StoredItem], policy: ScorePolicy, now: float,
     labels: dict[str, str],
 ) -> Hit:
     item = items[doc]
@@ -270,6 +269,6 @@ def _hit(
     )
 
 
-def _label(item: Item, labels: dict[str, str]) -> str:
-    return source_label(corpus=item.corpus, kind=item.kind, title=item.title, item_id=item.id or "",
+def _label(item: StoredItem, labels: dict[str, str]) -> str:
+    return source_label(corpus=item.corpus, kind=item.kind, title=item.title, item_id=item.id,
                         metadata=item.metadata, template=labels.get(item.corpus))

@@ -22,13 +22,22 @@ from .model import (
     Filters,
     Item,
     SearchResult,
+    StoredItem,
     now_ts,
     parse_filters,
     to_ts,
     valid_ts,
 )
 from .scoring import ScorePolicy
+from .storage import codec
 from .storage.contract import Backend, Vector
+from .storage.records import (
+    META_EMBEDDER,
+    META_EMBEDDER_NAME,
+    META_EMBEDDER_VERSION,
+    META_LABEL_TEMPLATES,
+    META_PENDING_EMBEDDER,
+)
 from .version import package_version as _package_version
 
 MEMORY_CORPUS = "memory"
@@ -62,24 +71,24 @@ class KnowledgeBase:
     def _check_embedder(self) -> None:
         if self.embedder is None:
             return
-        if self.backend.get_meta("embedder") is None \
+        if self.backend.get_meta(META_EMBEDDER) is None \
                 and self.backend.vector_dim() in (None, self.embedder.dim):
             self.backend.ensure_vector_storage(self.embedder.dim)
-            self.backend.set_meta("embedder", self.embedder.model_id)
+            self.backend.set_meta(META_EMBEDDER, self.embedder.model_id)
             self._record_model()
         self._refresh_vector_problem()
 
     def _record_model(self) -> None:
         """Name and version beside the model id (the backend records `vector_dim`)."""
         assert self.embedder is not None
-        self.backend.set_meta("embedder_name", self.embedder.name)
-        self.backend.set_meta("embedder_version", str(self.embedder.version))
+        self.backend.set_meta(META_EMBEDDER_NAME, self.embedder.name)
+        self.backend.set_meta(META_EMBEDDER_VERSION, str(self.embedder.version))
 
     def _refresh_vector_problem(self) -> None:
         """Compare the recorded model with ours; another process may have re-embedded the store."""
         if self.embedder is None:
             return
-        recorded = self.backend.get_meta("embedder")
+        recorded = self.backend.get_meta(META_EMBEDDER)
         current = self.embedder.model_id
         if recorded is None:  # vectors written by callers, without a model
             dim = self.backend.vector_dim()
@@ -87,7 +96,7 @@ class KnowledgeBase:
         if recorded is None or recorded == current:
             self._vector_problem = None
             return
-        if self.backend.get_meta("pending_embedder") == current:
+        if self.backend.get_meta(META_PENDING_EMBEDDER) == current:
             fix = f"run `hybridkb reembed` to finish switching it to {current!r}"
         else:
             fix = f"run `hybridkb reembed` to switch it to {current!r}"
@@ -97,7 +106,7 @@ class KnowledgeBase:
 
     @property
     def embedder_name(self) -> str | None:
-        return self.backend.get_meta("embedder")
+        return self.backend.get_meta(META_EMBEDDER)
 
     @property
     def has_vectors(self) -> bool:
@@ -203,7 +212,7 @@ class KnowledgeBase:
         dim = self.backend.vector_dim()
         if dim is None and self.embedder is not None:
             dim = self.embedder.dim
-        return validation.check_vector(vector, item_id, dim)
+        return codec.normalized(vector, dim, label=f"item {item_id!r}")
 
     def _write_batch(self, batch: list[tuple[Item, Vector | None]], replace: bool) -> list[str]:
         items = [it for it, _ in batch]
@@ -245,14 +254,14 @@ class KnowledgeBase:
 
     # -- reads ------------------------------------------------------------------------------
 
-    def get(self, item_id: str, *, include_expired: bool = False) -> Item:
+    def get(self, item_id: str, *, include_expired: bool = False) -> StoredItem:
         found = self.backend.get(validation.lookup_ids([item_id]), include_expired=include_expired,
                                  now=now_ts())
         if not found:
             raise NotFoundError(f"no item with id {item_id!r}")
         return found[0]
 
-    def get_many(self, ids: Sequence[str], *, include_expired: bool = False) -> list[Item]:
+    def get_many(self, ids: Sequence[str], *, include_expired: bool = False) -> list[StoredItem]:
         """The items that exist, in the order asked; missing ids are skipped."""
         return self.backend.get(validation.lookup_ids(ids), include_expired=include_expired, now=now_ts())
 
@@ -266,7 +275,7 @@ class KnowledgeBase:
     def iter_items(
         self, *, batch_size: int = 500, corpus: str | None = None,
         corpora: Sequence[str] | str | None = None, filters: Filters | Mapping[str, Any] | None = None,
-    ) -> Iterator[Item]:
+    ) -> Iterator[StoredItem]:
         """Every item in storage order (expired and stale ones too), or those `corpus`/`corpora`
         and `filters` select; `filters` work as in `search` (expired and stale items then
         left out unless include_expired / include_stale)."""
@@ -283,7 +292,7 @@ class KnowledgeBase:
 
     def export_batches(
         self, *, batch_size: int = 500, vectors: bool = False, corpora: Sequence[str] | None = None,
-    ) -> Iterator[list[tuple[Item, Vector | None]]]:
+    ) -> Iterator[list[tuple[StoredItem, Vector | None]]]:
         """Every item (expired and stale ones too) in storage order, batch by batch.
 
         Each batch is read consistently; with `vectors`, each item comes with its stored
@@ -295,9 +304,9 @@ class KnowledgeBase:
         for batch in self.backend.iter_items(batch_size):
             if wanted is not None:
                 batch = [it for it in batch if it.corpus in wanted]
-            found = self.backend.vectors_for([it.id for it in batch if it.id is not None]) \
+            found = self.backend.vectors_for([it.id for it in batch]) \
                 if with_vectors and batch else {}
-            yield [(it, found.get(it.id or "")) for it in batch]
+            yield [(it, found.get(it.id)) for it in batch]
 
     @property
     def target(self) -> str:
@@ -324,7 +333,7 @@ class KnowledgeBase:
             "vector_dim": self.vector_dim,
             "items_without_vectors": len(self.backend.ids_missing_vectors(10**9))
             if self.vector_dim is not None else self.count(),
-            "reembed_pending": self.backend.get_meta("pending_embedder"),
+            "reembed_pending": self.backend.get_meta(META_PENDING_EMBEDDER),
             "version": _package_version(),
         }
 
@@ -407,7 +416,7 @@ class KnowledgeBase:
 
     def label_templates(self) -> dict[str, str]:
         """Corpus -> the label template its hits use (see `set_label_template`)."""
-        raw = self.backend.get_meta("label_templates")
+        raw = self.backend.get_meta(META_LABEL_TEMPLATES)
         return json.loads(raw) if raw else {}
 
     def set_label_template(self, corpus: str, template: str) -> None:
@@ -415,7 +424,7 @@ class KnowledgeBase:
         labels = self.label_templates()
         validation.check_label_template(template)
         labels[validation.check_name("corpus", corpus)] = template
-        self.backend.set_meta("label_templates", json.dumps(labels))
+        self.backend.set_meta(META_LABEL_TEMPLATES, json.dumps(labels))
 
     # -- memory -----------------------------------------------------------------------------
 
@@ -457,7 +466,7 @@ class KnowledgeBase:
             raise InvalidInputError("reembed needs an embedder")
         validation.check_batch_size(batch_size)
         model, dim = self.embedder.model_id, self.embedder.dim
-        recorded = self.backend.get_meta("embedder")
+        recorded = self.backend.get_meta(META_EMBEDDER)
         done = 0
         if self.backend.vector_dim() not in (None, dim) or recorded not in (None, model):
             self.backend.begin_reembed(model, dim)
@@ -467,7 +476,7 @@ class KnowledgeBase:
                 if items:
                     vectors = self.embedder.embed_documents([it.embedding_text for it in items])
                     self.backend.write_pending_vectors(
-                        [it.id for it in items if it.id is not None], list(vectors),
+                        [it.id for it in items], list(vectors),
                         [content_hash(it.embedding_text) for it in items])
                     done += len(items)
                     if progress:
@@ -475,10 +484,10 @@ class KnowledgeBase:
                 after = ids[-1]
             self.backend.finish_reembed(model, dim)
             self._record_model()
-        elif self.backend.get_meta("pending_embedder") is not None:
+        elif self.backend.get_meta(META_PENDING_EMBEDDER) is not None:
             self.backend.cancel_reembed()  # an unfinished switch to a model we no longer use
         if recorded is None:
-            self.backend.set_meta("embedder", model)
+            self.backend.set_meta(META_EMBEDDER, model)
             self._record_model()
         self._refresh_vector_problem()
         self.backend.ensure_vector_storage(dim)
@@ -488,7 +497,7 @@ class KnowledgeBase:
             items = self.backend.get(ids, include_expired=True, now=now_ts())
             vectors = self.embedder.embed_documents([it.embedding_text for it in items])
             written = self.backend.write_vectors(
-                [it.id for it in items if it.id is not None], list(vectors),
+                [it.id for it in items], list(vectors),
                 [content_hash(it.embedding_text) for it in items])
             # An item deleted or rewritten between `get` and `write_vectors` is left alone:
             # its writer embedded the new text itself (or wrote it without a model).

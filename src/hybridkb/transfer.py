@@ -25,7 +25,7 @@ from typing import IO, Any
 from .errors import HybridKBError, InvalidInputError
 from .model import Item
 from .store import KnowledgeBase
-from .validation import check_batch_size
+from .validation import check_batch_size, check_metadata
 
 EXPORT_FORMAT = 1
 HEADER_KEY = "hybridkb_export"
@@ -150,8 +150,8 @@ def normalize_record(obj: dict[str, Any], corpus: str | None) -> dict[str, Any]:
     obj = dict(obj)
     if "_id" in obj:
         obj["id"] = str(obj.pop("_id"))
-    if obj.get("metadata") is not None and not isinstance(obj["metadata"], dict):
-        raise InvalidInputError("metadata is not a JSON object")
+    if obj.get("metadata") is not None:
+        check_metadata(obj["metadata"])
     if corpus:
         obj["corpus"] = corpus
     return obj

@@ -2,7 +2,8 @@
 
 KnowledgeBase runs these on every write; the CLI, the MCP server and import call
 the same functions, so one rule gives one message wherever the input comes from.
-Pure: plain values in, a value or an `InvalidInputError` out (numpy for vectors).
+Pure: plain values in, a value or an `InvalidInputError` out. A caller's vector is
+checked by the vector codec (storage/codec.py: `normalized`).
 """
 
 from __future__ import annotations
@@ -15,10 +16,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
-from .errors import DimensionMismatchError, InvalidInputError
+from .errors import InvalidInputError
 from .model import INT64_MAX, Item, storable_text_problem, valid_ts
 
 MAX_TEXT_CHARS = 1_000_000
@@ -133,28 +131,6 @@ def check_batch_size(batch_size: object) -> int:
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidInputError(f"batch_size must be a positive integer, got {batch_size!r}")
     return batch_size
-
-
-def check_vector(vector: Any, item_id: str | None, dim: int | None) -> npt.NDArray[np.float32]:
-    """A finite, non-zero vector of `dim` numbers (any dim when None), scaled to unit length."""
-    try:
-        vec = np.asarray(vector, dtype=np.float32)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise InvalidInputError(f"item {item_id!r}: vector is not a list of numbers") from exc
-    if vec.ndim == 2 and vec.shape[0] == 1:  # one row of a batch, as embedders return it
-        vec = vec[0]
-    if vec.ndim != 1:
-        raise InvalidInputError(f"item {item_id!r}: vector is not a flat list of numbers")
-    if dim is not None and vec.size != dim:
-        raise DimensionMismatchError(
-            f"item {item_id!r}: vector has {vec.size} dimensions, the store uses {dim}")
-    if not np.all(np.isfinite(vec)):
-        raise InvalidInputError(f"item {item_id!r}: vector has NaN or infinite values")
-    norm = float(np.linalg.norm(vec))
-    if norm == 0.0:
-        raise InvalidInputError(f"item {item_id!r}: vector is all zeros")
-    out: npt.NDArray[np.float32] = vec / norm
-    return out
 
 
 def check_label_template(template: object) -> str:

@@ -107,7 +107,6 @@ def _existing(kb: KnowledgeBase, corpus: str) -> dict[str, dict[str, Item]]:
     for item in kb.iter_items():
         path = item.metadata.get("path")
         if item.corpus == corpus and isinstance(path, str) and "file_hash" in item.metadata:
-            assert item.id is not None
             found[path][item.id] = item
     return found
 

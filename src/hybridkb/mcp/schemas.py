@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
-from ..model import Item, iso
+from ..model import StoredItem, iso
 
 MAX_LIMIT = 100
 MAX_GET_IDS = 100
@@ -83,8 +83,7 @@ class CorporaOut(BaseModel):
     read_only: bool
 
 
-def item_out(item: Item) -> ItemOut:
-    assert item.id is not None
+def item_out(item: StoredItem) -> ItemOut:
     return ItemOut(
         id=item.id, corpus=item.corpus, title=item.title, kind=item.kind, text=item.text,
         scope=item.scope, repo=item.repo, namespace=item.namespace, source_url=item.source_url,
