@@ -23,7 +23,7 @@ from .errors import (
     NotFoundError,
     StoreError,
 )
-from .model import Filters, Hit, Item, RetrieverHit, SearchResult
+from .model import Filters, Hit, Item, RetrieverHit, SearchResult, StoredItem
 from .scoring import ScorePolicy
 from .store import KnowledgeBase
 from .version import package_version
@@ -37,7 +37,7 @@ __all__ = [
     "BackendUnavailableError", "DimensionMismatchError", "Embedder", "EmbedderMismatchError",
     "Filters", "HashingEmbedder", "Hit", "HybridKBError", "IndexSummary", "InvalidFilterError",
     "InvalidInputError", "Item", "KnowledgeBase", "MiniLMEmbedder", "NotFoundError", "RetrieverHit",
-    "ScorePolicy", "SearchResult", "StoreError", "__version__", "index_folder", "open",
+    "ScorePolicy", "SearchResult", "StoreError", "StoredItem", "__version__", "index_folder", "open",
 ]
 
 # Face functions a user calls from Python, loaded on first use so `import hybridkb` stays light.
