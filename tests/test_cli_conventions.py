@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner, Result
 
@@ -63,7 +64,7 @@ def test_the_option_after_the_command_wins(here: Path) -> None:
 
 
 def test_every_command_accepts_the_global_options() -> None:
-    assert isinstance(cli, hybridkb.cli.click.Group)  # type: ignore[attr-defined]
+    assert isinstance(cli, click.Group)
     for name, command in cli.commands.items():
         opts = {o for p in command.params for o in getattr(p, "opts", ())}
         assert {"--db", "--json"} <= opts, name

@@ -59,11 +59,16 @@ async def _call(fn: Callable[..., dict[str, Any]], *args: Any, status: int = 200
 async def json_body(request: Request) -> dict[str, Any]:
     """The request's JSON object; anything else is InvalidInputError."""
     size = request.headers.get("content-length")
+    too_big = InvalidInputError(f"request body over {MAX_BODY_BYTES} bytes")
     if size is not None and size.isdigit() and int(size) > MAX_BODY_BYTES:
-        raise InvalidInputError(f"request body over {MAX_BODY_BYTES} bytes")
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise InvalidInputError(f"request body over {MAX_BODY_BYTES} bytes")
+        raise too_big
+    chunks, total = [], 0
+    async for chunk in request.stream():  # stop reading at the limit, whatever the client claims
+        total += len(chunk)
+        if total > MAX_BODY_BYTES:
+            raise too_big
+        chunks.append(chunk)
+    raw = b"".join(chunks)
     try:
         value = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -11,12 +11,11 @@ from typing import Any
 
 from starlette.applications import Starlette
 
+from ..mcp.http import is_loopback
 from ..store import KnowledgeBase
 from . import api, page
 from .auth import ASGIApp, AsgiScope, Receive, Send, TokenGate
 from .service import Service
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
 def web_app(kb: KnowledgeBase, *, token: str, host: str = "127.0.0.1", read_only: bool = False,
@@ -24,18 +23,7 @@ def web_app(kb: KnowledgeBase, *, token: str, host: str = "127.0.0.1", read_only
     """The page and the REST API over `kb`, behind the token (no MCP)."""
     service = Service(kb, read_only=read_only, corpora=corpora)
     app = Starlette(routes=[*api.routes(service), *page.routes(service)])
-    return TokenGate(app, token, loopback=_is_loopback(host))
-
-
-def _is_loopback(host: str) -> bool:
-    import ipaddress
-
-    if host in LOOPBACK:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+    return TokenGate(app, token, loopback=is_loopback(host))
 
 
 class PathSwitch:
