@@ -113,6 +113,7 @@ def test_search_page_in_chromium(server: tuple[str, dict[str, str]], tmp_path: P
             assert hits.count() >= 4  # vector search also brings the unrelated deploy note, last
             assert hits.nth(hits.count() - 1).get_attribute("data-id") == ids["note3"]
             assert "answered by hybrid" in page.inner_text("#status")
+            assert page.get_attribute("#as-json", "href") == "/api/search?q=local+storage+sqlite&mode=hybrid"
             assert page.url.startswith(base + "/?q=local+storage+sqlite")
             first_marks = [m.lower() for m in hits.nth(0).locator("mark").all_inner_texts()]
             assert "storage" in first_marks or "sqlite" in first_marks

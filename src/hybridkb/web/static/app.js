@@ -93,7 +93,8 @@ async function search(push) {
     return;
   }
   const notes = data.notes.length ? " · " + data.notes.join("; ") : "";
-  $("status").textContent = data.hits.length + " hits · answered by " + data.answered_by + notes;
+  $("status").replaceChildren(data.hits.length + " hits · answered by " + data.answered_by + notes + " · ",
+    el("a", {href: "/api/search?" + params.toString(), id: "as-json"}, "JSON"));
   for (const hit of data.hits) list.append(renderHit(hit, data.fusion));
 }
 
