@@ -146,6 +146,7 @@ def test_get_add_remember_delete_round_trip(client: Any, kb: KnowledgeBase) -> N
     r = c.get(f"/api/items/{ids['code']}", headers=AUTH)
     assert r.status_code == 200
     assert r.json()["text"].startswith("def connect(path)") and r.json()["location"] == "src/db.py:12"
+    assert r.json()["source"] == "[code: src/db.py]"
 
     r = c.post("/api/items", json={"text": "Tokens rotate every 90 days", "corpus": "wiki",
                                    "id": "rot-1", "metadata": {"team": "sec"}}, headers=AUTH)
@@ -265,7 +266,8 @@ def test_foreign_host_and_origin_are_refused(sqlite_kb: KnowledgeBase) -> None:
 
 def test_static_files_and_item_page_escape_stored_text(sqlite_kb: KnowledgeBase) -> None:
     evil = sqlite_kb.add("<script>alert(1)</script> & more", title="<b>bold</b>", corpus="wiki",
-                         metadata={"path": "docs/a.md", "start_line": 3})
+                         metadata={"path": "docs/a.md", "start_line": 3, "team": "<i>core</i>"})
+    sqlite_kb.set_label_template("wiki", "[team {team}: {title}]")
     with client_for(sqlite_kb) as c:
         c.cookies.set("hybridkb_token", TOKEN)
         assert "function renderHit" in c.get("/static/app.js").text
@@ -275,6 +277,8 @@ def test_static_files_and_item_page_escape_stored_text(sqlite_kb: KnowledgeBase)
         assert page.status_code == 200
         assert "<script>alert(1)" not in page.text and "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in page.text
         assert "&lt;b&gt;bold&lt;/b&gt;" in page.text and "docs/a.md:3" in page.text
+        assert "[team &lt;i&gt;core&lt;/i&gt;: &lt;b&gt;bold&lt;/b&gt;]" in page.text  # the corpus's label
+        assert "<i>" not in page.text
         assert c.get("/items/missing").status_code == 404
 
 

@@ -18,7 +18,6 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from ..errors import HybridKBError, NotFoundError
-from ..labels import source_label
 from .service import Service
 
 _STATIC_TYPES = {"app.js": "text/javascript", "style.css": "text/css"}
@@ -40,9 +39,7 @@ def render_item(data: dict[str, object]) -> str:
         rows.append(f"<dt>metadata</dt><dd><code>{esc(json.dumps(metadata, ensure_ascii=False))}"
                     "</code></dd>")
     item_id = str(data["id"])
-    meta = metadata if isinstance(metadata, dict) else {}
-    label = source_label(corpus=str(data["corpus"]), kind=data.get("kind"),  # type: ignore[arg-type]
-                         title=data.get("title"), item_id=item_id, metadata=meta)  # type: ignore[arg-type]
+    label = str(data.get("source") or "")
     location = data.get("location")
     return Template(_package_text("templates", "item.html")).substitute(
         title=esc(str(data.get("title") or item_id)), source=esc(label),

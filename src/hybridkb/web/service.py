@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import InvalidInputError, NotFoundError
 from ..fusion import DEFAULT_FUSION
+from ..labels import source_label
 from ..mcp.tools import snippet
 from ..model import Hit, Item, SearchResult, iso
 from ..store import MEMORY_CORPUS, KnowledgeBase
@@ -18,7 +19,6 @@ from .highlight import location, term_spans
 
 SNIPPET_CHARS = 240
 MAX_LIMIT = 100
-ITEM_FIELDS = ("id", "corpus", "title", "kind", "scope", "repo", "namespace", "source_url", "metadata")
 
 
 class ReadOnlyError(InvalidInputError):
@@ -124,7 +124,11 @@ class Service:
         item = self.kb.get(item_id)
         if not self._visible(item.corpus):
             raise NotFoundError(f"no item with id {item_id!r}")
-        return item_json(item)
+        data = item_json(item)
+        data["source"] = source_label(corpus=item.corpus, kind=item.kind, title=item.title,
+                                      item_id=item_id, metadata=item.metadata,
+                                      template=self.kb.label_templates().get(item.corpus))
+        return data
 
     def stats(self) -> dict[str, Any]:
         data = self.kb.stats()
