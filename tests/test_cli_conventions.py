@@ -75,7 +75,7 @@ def test_every_command_accepts_the_global_options() -> None:
 # -- read commands never create a store ---------------------------------------------------------
 
 @pytest.mark.parametrize("args", [["search", "x"], ["get", "x"], ["stats"], ["export"], ["delete", "x"],
-                                  ["purge"], ["reembed"], ["serve", "--read-only"],
+                                  ["purge"], ["reembed"], ["check"], ["serve", "--read-only"],
                                   ["migrate", "--to", "other.db"]])
 def test_read_commands_never_create_a_store(here: Path, args: list[str]) -> None:
     result = invoke("--no-embedder", *args)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import validation
 from .embedding import Embedder, HashingEmbedder, MiniLMEmbedder, get_embedder
 from .errors import (
     BackendUnavailableError,
@@ -25,7 +26,7 @@ from .errors import (
 )
 from .model import Filters, Hit, Item, RetrieverHit, SearchResult, StoredItem
 from .scoring import ScorePolicy
-from .store import KnowledgeBase
+from .store import KnowledgeBase, NewerSchemaWarning
 from .version import package_version
 
 if TYPE_CHECKING:
@@ -36,8 +37,9 @@ __version__ = package_version()
 __all__ = [
     "BackendUnavailableError", "DimensionMismatchError", "Embedder", "EmbedderMismatchError",
     "Filters", "HashingEmbedder", "Hit", "HybridKBError", "IndexSummary", "InvalidFilterError",
-    "InvalidInputError", "Item", "KnowledgeBase", "MiniLMEmbedder", "NotFoundError", "RetrieverHit",
-    "ScorePolicy", "SearchResult", "StoreError", "StoredItem", "__version__", "index_folder", "open",
+    "InvalidInputError", "Item", "KnowledgeBase", "MiniLMEmbedder", "NewerSchemaWarning", "NotFoundError",
+    "RetrieverHit", "ScorePolicy", "SearchResult", "StoreError", "StoredItem", "__version__",
+    "index_folder", "open",
 ]
 
 # Face functions a user calls from Python, loaded on first use so `import hybridkb` stays light.
@@ -51,21 +53,20 @@ def __getattr__(name: str) -> Any:
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'hybridkb' has no attribute {name!r}")
 
-_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
-
 
 def open(
     target: str | Path, *, embedder: Embedder | str | None = "default",
     score_policy: ScorePolicy | None = None, **backend_options: Any,
 ) -> KnowledgeBase:
-    """Open (creating if needed) a store: a file path for SQLite, a postgresql:// URL for PostgreSQL.
+    """Open (creating if needed) a store: a file path for SQLite, a postgresql:// URL (or a
+    libpq "host=... dbname=..." string) for PostgreSQL. An empty target is refused.
 
     `embedder` is "default" (all-MiniLM-L6-v2, offline), an Embedder, a name
     ("hashing-64"), or None for a full-text-only store.
     """
+    location = validation.check_target(target)
     model = get_embedder(embedder)
-    location = str(target)
-    if location.startswith(_POSTGRES_SCHEMES):
+    if validation.is_postgres_target(location):
         from .storage.postgres.backend import open_postgres
 
         backend: Any = open_postgres(location, **backend_options)

@@ -21,6 +21,7 @@ from . import open as open_kb
 from .config import Config, load_config
 from .errors import NotFoundError
 from .store import KnowledgeBase
+from .validation import is_postgres_target
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_DB = "hybridkb.db"
@@ -28,7 +29,8 @@ DEFAULT_EMBEDDER = "default"
 FLAGS = "hybridkb.flags"
 # Commands that read (or change) an existing store: on a missing SQLite file they fail instead
 # of creating an empty one.
-NEEDS_STORE = frozenset({"search", "get", "stats", "export", "migrate", "delete", "purge", "reembed"})
+NEEDS_STORE = frozenset({"search", "get", "stats", "export", "migrate", "delete", "purge", "reembed",
+                         "check"})
 
 
 def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -88,7 +90,9 @@ class Context:
 
     @property
     def db(self) -> str:
-        return str(self._flags.get("db") or os.environ.get("HYBRIDKB_DB") or self.config.db or DEFAULT_DB)
+        flag = self._flags.get("db")  # an empty --db is passed on, and refused by open()
+        return str(flag if flag is not None else
+                   os.environ.get("HYBRIDKB_DB") or self.config.db or DEFAULT_DB)
 
     @db.setter
     def db(self, value: str) -> None:
@@ -133,6 +137,6 @@ class Context:
 
 def require_store(db: str) -> None:
     """Reading commands do not create a store where there is none (a SQLite path that is missing)."""
-    if "://" not in db and db != ":memory:" and not Path(db).expanduser().exists():
+    if db.strip() and not is_postgres_target(db) and db != ":memory:" and not Path(db).expanduser().exists():
         raise NotFoundError(f"no store at {db!r}; create one with `hybridkb init` or any write "
                             "(`hybridkb add`, `import`, `index`), or point --db / HYBRIDKB_DB at one")
