@@ -32,9 +32,11 @@ try:
     import psycopg
     from pgvector.psycopg import register_vector
     from psycopg import errors as pg_errors
+    from psycopg import sql
     from psycopg.conninfo import conninfo_to_dict
     from psycopg_pool import ConnectionPool, PoolTimeout
 
+    from . import fulltext
     from . import sql as q
 except ImportError as _exc:  # the optional extra is not installed
     _IMPORT_ERROR: ImportError | None = _exc
@@ -58,6 +60,19 @@ _RETRIES = 3  # a write that loses a deadlock or serialization race is run again
 # A phrase of stopwords only becomes an empty tsquery, with a NOTICE per query.
 _QUIET = "SET client_min_messages = warning"
 _LOCK_VECTORS = "hybridkb.vectors"
+# "topk": BM25 through the impact-ordered index (fulltext.py); "exact": score every match.
+BM25_SEARCHES = ("topk", "exact")
+# A filter beyond corpus/expiry/staleness that the planner expects to keep fewer rows
+# than this (or this share of the corpora) is answered by scoring every match: the index
+# would read many postings of documents the filter then drops.
+TOPK_MIN_FILTERED_ROWS = 20_000
+TOPK_MIN_FILTERED_SHARE = 0.2
+# The BM25 index's blocks are merged when a write of at least COMPACT_MIN_BATCH items
+# finds the store at least twice as large as at the last merge (and COMPACT_MIN_ITEMS).
+COMPACT_MIN_BATCH = 500
+COMPACT_MIN_ITEMS = 5_000
+META_BM25_COMPACTED = "pg_bm25_compacted_items"
+_LOCK_COMPACT = "hybridkb.bm25_compact"
 
 
 def _require_driver() -> None:
@@ -77,6 +92,7 @@ class PostgresBackend:
     def __init__(
         self, url: str, *, bm25_weights: tuple[float, float] = DEFAULT_BM25_WEIGHTS,
         ranking: str = "bm25", ts_normalization: int = 0, hnsw_min_rows: int = HNSW_MIN_ROWS,
+        bm25_search: str = "topk",
         pool_min_size: int = 1, pool_max_size: int = 8,
         connect_timeout: float = CONNECT_TIMEOUT_S,
     ) -> None:
@@ -88,6 +104,10 @@ class PostgresBackend:
         self.url = redact(url)
         self.bm25_weights = (float(bm25_weights[0]), float(bm25_weights[1]))
         self.ranking = ranking
+        if bm25_search not in BM25_SEARCHES:
+            raise InvalidInputError(
+                f"unknown bm25_search {bm25_search!r}; use one of {', '.join(BM25_SEARCHES)}")
+        self.bm25_search = bm25_search
         self.ts_normalization = int(ts_normalization)
         self.hnsw_min_rows = int(hnsw_min_rows)
         try:
@@ -314,6 +334,29 @@ class PostgresBackend:
                               [vec for _, vec in with_vectors], dim, build)
 
         self._write(work)
+        if len(items) >= COMPACT_MIN_BATCH:
+            self._write(self._maybe_compact)
+
+    def _maybe_compact(self, conn: Connection[Any]) -> None:
+        """Merge the BM25 index's blocks once the store has doubled since the last merge
+        (each write statement adds small blocks; queries read every block of a bucket)."""
+        row = conn.execute(q.COMPACT_STATE, [META_BM25_COMPACTED]).fetchone()
+        n, done = (int(row[0]), int(row[1])) if row else (0, 0)
+        if n >= COMPACT_MIN_ITEMS and n >= 2 * done:
+            self._compact(conn, n)
+
+    def _compact(self, conn: Connection[Any], n: int) -> None:
+        self._lock(conn, _LOCK_COMPACT)
+        conn.execute("SELECT hybridkb_bm25_compact()")
+        conn.execute(q.SET_META, [META_BM25_COMPACTED, str(n)])
+
+    def optimize(self) -> None:
+        """Merge the BM25 index's blocks now (after a bulk load, for the fastest queries)."""
+        def work(conn: Connection[Any]) -> None:
+            row = conn.execute(q.COMPACT_STATE, [META_BM25_COMPACTED]).fetchone()
+            self._compact(conn, int(row[0]) if row else 0)
+
+        self._write(work)
 
     def _prepare_vector_write(self, conn: Connection[Any], dim: int | None, indexed: bool,
                               any_vectors: bool) -> bool:
@@ -443,7 +486,29 @@ class PostgresBackend:
         statement, params = q.text_search(
             terms, area, limit, ranking=self.ranking, weights=self.bm25_weights,
             normalization=self.ts_normalization)
-        return [(r[0], float(r[1])) for r in self._read(statement, params)]
+        if self.ranking != "bm25" or self.bm25_search != "topk":
+            return [(r[0], float(r[1])) for r in self._read(statement, params)]
+
+        def work(conn: Connection[Any]) -> list[Any]:
+            if not area.filters.needs_row_filter or self._broad(conn, area):
+                found = fulltext.search(conn, terms, area, limit, self.bm25_weights)
+                if found is not None:
+                    return found
+            return conn.execute(statement, params).fetchall()
+
+        return [(r[0], float(r[1])) for r in self._run(work, write=False)]
+
+    @staticmethod
+    def _broad(conn: Connection[Any], area: SearchArea) -> bool:
+        """Whether the planner expects the filters to keep many rows (see TOPK_MIN_*)."""
+        where, params = q.filter_sql(area)
+        plan = conn.execute(
+            sql.SQL("EXPLAIN (FORMAT JSON) SELECT 1 FROM items i WHERE {}").format(where),
+            params).fetchone()
+        rows = float(plan[0][0]["Plan"]["Plan Rows"]) if plan else 0.0
+        total = conn.execute("SELECT coalesce(sum(n_docs), 0) FROM corpus_stats").fetchone()
+        share = rows / max(1.0, float(total[0]) if total else 1.0)
+        return rows >= TOPK_MIN_FILTERED_ROWS or share >= TOPK_MIN_FILTERED_SHARE
 
     def substring_search(self, words: Sequence[str], area: SearchArea, limit: int) -> ScoredIds:
         if not words or limit <= 0:
@@ -507,6 +572,10 @@ class PostgresBackend:
             f"{n_stats} and {length_stats}"
             for corpus, n, n_stats, length, length_stats in conn.execute(q.STATS_CHECK)
             if (n, length) != (n_stats, length_stats)]
+        row = conn.execute(q.BM25_CHECK).fetchone()
+        if row is not None and not row[0] == row[1] == row[2]:
+            problems.append(f"the BM25 index holds {row[1]} postings (its counts say {row[2]}) "
+                            f"for {row[0]} (lexeme, item) pairs")
         dim, indexed = self._vector_state(conn)
         if dim is None:
             return problems
