@@ -36,7 +36,7 @@ try:
     from psycopg.conninfo import conninfo_to_dict
     from psycopg_pool import ConnectionPool, PoolTimeout
 
-    from . import fulltext
+    from . import bulk, fulltext
     from . import sql as q
 except ImportError as _exc:  # the optional extra is not installed
     _IMPORT_ERROR: ImportError | None = _exc
@@ -63,10 +63,12 @@ _LOCK_VECTORS = "hybridkb.vectors"
 # "topk": BM25 through the impact-ordered index (fulltext.py); "exact": score every match.
 BM25_SEARCHES = ("topk", "exact")
 # A filter beyond corpus/expiry/staleness that the planner expects to keep fewer rows
-# than this (or this share of the corpora) is answered by scoring every match: the index
-# would read many postings of documents the filter then drops.
-TOPK_MIN_FILTERED_ROWS = 20_000
-TOPK_MIN_FILTERED_SHARE = 0.2
+# than this (and less than FILTERED_BROAD_SHARE of the store) is selective: full-text
+# search scores every match (the BM25 index would read many postings of documents the
+# filter then drops) and vector search scans the filtered rows exactly (20,000 384-d
+# vectors: ~10 ms, and exact) instead of walking the HNSW graph.
+FILTERED_EXACT_ROWS = 20_000
+FILTERED_BROAD_SHARE = 0.2
 # The BM25 index's blocks are merged when a write of at least COMPACT_MIN_BATCH items
 # finds the store at least twice as large as at the last merge (and COMPACT_MIN_ITEMS).
 COMPACT_MIN_BATCH = 500
@@ -92,7 +94,7 @@ class PostgresBackend:
     def __init__(
         self, url: str, *, bm25_weights: tuple[float, float] = DEFAULT_BM25_WEIGHTS,
         ranking: str = "bm25", ts_normalization: int = 0, hnsw_min_rows: int = HNSW_MIN_ROWS,
-        bm25_search: str = "topk",
+        bm25_search: str = "topk", filtered_exact_rows: int = FILTERED_EXACT_ROWS,
         pool_min_size: int = 1, pool_max_size: int = 8,
         connect_timeout: float = CONNECT_TIMEOUT_S,
     ) -> None:
@@ -108,6 +110,7 @@ class PostgresBackend:
             raise InvalidInputError(
                 f"unknown bm25_search {bm25_search!r}; use one of {', '.join(BM25_SEARCHES)}")
         self.bm25_search = bm25_search
+        self.filtered_exact_rows = int(filtered_exact_rows)
         self.ts_normalization = int(ts_normalization)
         self.hnsw_min_rows = int(hnsw_min_rows)
         try:
@@ -323,15 +326,22 @@ class PostgresBackend:
             dim, indexed = self._vector_state(conn)
             codec.check_dims(((item.id, vec) for item, vec in with_vectors), dim)
             build = self._prepare_vector_write(conn, dim, indexed, bool(with_vectors))
-            written = {r[1]: (r[0], r[2]) for r in conn.execute(statement, columns)}
+            fresh = not replace and len(items) >= bulk.COPY_MIN_BATCH
+            rows = (bulk.copy_items(conn, columns) if fresh
+                    else conn.execute(statement, columns).fetchall())
+            written = {r[1]: (r[0], r[2]) for r in rows}
             if dim is None:
                 return
             dropped = [rowid for item, vec in zip(items, vectors, strict=True)
                        for rowid, kept in (written[item.id],) if vec is None and kept is None]
             if dropped:
                 conn.execute("DELETE FROM item_vectors WHERE rowid = ANY(%s)", [dropped])
+            if indexed and bulk.rebuild_hnsw_for(conn, len(with_vectors)):
+                self._lock(conn, _LOCK_VECTORS)
+                conn.execute("DROP INDEX IF EXISTS item_vectors_hnsw")
+                build = True
             self._put_vectors(conn, [written[item.id][0] for item, _ in with_vectors],
-                              [vec for _, vec in with_vectors], dim, build)
+                              [vec for _, vec in with_vectors], dim, build, fresh=fresh)
 
         self._write(work)
         if len(items) >= COMPACT_MIN_BATCH:
@@ -371,8 +381,12 @@ class PostgresBackend:
         return build
 
     def _put_vectors(self, conn: Connection[Any], rowids: Sequence[int], vectors: Sequence[Vector],
-                     dim: int, build: bool) -> None:
-        if rowids:
+                     dim: int, build: bool, *, fresh: bool = False) -> None:
+        """Write vectors (`fresh`: of new rows, by COPY); build the HNSW index if `build`
+        and the store has reached hnsw_min_rows vectors."""
+        if rowids and fresh:
+            bulk.copy_vectors(conn, rowids, codec.to_pg(vectors))
+        elif rowids:
             conn.execute(q.UPSERT_VECTORS, [
                 list(rowids), codec.to_pg(vectors)])
         if build:
@@ -498,9 +512,10 @@ class PostgresBackend:
 
         return [(r[0], float(r[1])) for r in self._run(work, write=False)]
 
-    @staticmethod
-    def _broad(conn: Connection[Any], area: SearchArea) -> bool:
-        """Whether the planner expects the filters to keep many rows (see TOPK_MIN_*)."""
+    def _broad(self, conn: Connection[Any], area: SearchArea) -> bool:
+        """Whether the planner expects the filters to keep many rows (FILTERED_*)."""
+        if self.filtered_exact_rows <= 0:
+            return True
         where, params = q.filter_sql(area)
         plan = conn.execute(
             sql.SQL("EXPLAIN (FORMAT JSON) SELECT 1 FROM items i WHERE {}").format(where),
@@ -508,7 +523,7 @@ class PostgresBackend:
         rows = float(plan[0][0]["Plan"]["Plan Rows"]) if plan else 0.0
         total = conn.execute("SELECT coalesce(sum(n_docs), 0) FROM corpus_stats").fetchone()
         share = rows / max(1.0, float(total[0]) if total else 1.0)
-        return rows >= TOPK_MIN_FILTERED_ROWS or share >= TOPK_MIN_FILTERED_SHARE
+        return rows >= self.filtered_exact_rows or share >= FILTERED_BROAD_SHARE
 
     def substring_search(self, words: Sequence[str], area: SearchArea, limit: int) -> ScoredIds:
         if not words or limit <= 0:
@@ -526,8 +541,9 @@ class PostgresBackend:
             query = codec.query(vector, dim)
             if query is None or not np.any(query):  # a zero vector has no cosine
                 return []
-            if not indexed:
-                # A small store: the exact scan is the fast plan, and ties fall as SQLite's.
+            if not indexed or (area.filters.needs_row_filter and not self._broad(conn, area)):
+                # A small store, or a filter that keeps few rows: the exact scan is the fast
+                # plan (and exact; ties fall as SQLite's).
                 statement, params = q.vector_search(query, area, limit, exact=True)
                 return conn.execute(statement, params).fetchall()
             rows = self._knn(conn, query, area, limit)
