@@ -29,13 +29,15 @@ DEFAULT_DB = "hybridkb.db"
 
 
 class Context:
-    def __init__(self, db: str, embedder: str | None, as_json: bool) -> None:
+    def __init__(self, db: str, embedder: str | None, as_json: bool,
+                 replica_options: dict[str, Any] | None = None) -> None:
         self.db, self.embedder, self.as_json = db, embedder, as_json
+        self.replica_options = replica_options or {}
         self._kb: KnowledgeBase | None = None
 
     def kb(self) -> KnowledgeBase:
         if self._kb is None:
-            self._kb = open_kb(self.db, embedder=self.embedder)
+            self._kb = open_kb(self.db, embedder=self.embedder, **self.replica_options)
         return self._kb
 
     def close(self) -> None:
@@ -84,11 +86,23 @@ def progress_bar(total: int | None, desc: str) -> Any:
               help="Embedding model: default (all-MiniLM-L6-v2), hashing-DIM, or none.")
 @click.option("--no-embedder", is_flag=True, help="Full-text only: no vectors, no model load.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@click.option("--replica", "replicas", multiple=True, envvar="HYBRIDKB_REPLICAS", metavar="URL",
+              help="A PostgreSQL streaming replica for searches (repeatable; env HYBRIDKB_REPLICAS, "
+                   "space-separated); writes go to --db.")
+@click.option("--read-your-writes", is_flag=True,
+              help="With --replica: a replica answers only once it has replayed this process's writes.")
 @click.version_option(package_name="hybridkb")
 @click.pass_context
-def cli(ctx: click.Context, db: str, embedder: str, no_embedder: bool, as_json: bool) -> None:
+def cli(ctx: click.Context, db: str, embedder: str, no_embedder: bool, as_json: bool,
+        replicas: tuple[str, ...], read_your_writes: bool) -> None:
     """hybridkb: hybrid BM25 + vector search over your knowledge, in one SQLite file."""
-    ctx.obj = Context(db, None if no_embedder else embedder, as_json)
+    options: dict[str, Any] = {}
+    if replicas:
+        if not db.startswith(("postgresql://", "postgres://")):
+            raise click.BadParameter("--replica needs a postgresql:// store (--db)",
+                                     param_hint="--replica")
+        options = {"replicas": list(replicas), "read_your_writes": read_your_writes}
+    ctx.obj = Context(db, None if no_embedder else embedder, as_json, options)
     ctx.call_on_close(ctx.obj.close)
 
 

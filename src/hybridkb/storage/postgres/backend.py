@@ -32,12 +32,13 @@ try:
     import psycopg
     from pgvector.psycopg import register_vector
     from psycopg import errors as pg_errors
-    from psycopg import sql
     from psycopg.conninfo import conninfo_to_dict
     from psycopg_pool import ConnectionPool, PoolTimeout
 
     from . import bulk, fulltext
     from . import sql as q
+    from .replicas import Replicas
+    from .tables import VectorTables
 except ImportError as _exc:  # the optional extra is not installed
     _IMPORT_ERROR: ImportError | None = _exc
 else:
@@ -63,18 +64,13 @@ _LOCK_VECTORS = "hybridkb.vectors"
 # "topk": BM25 through the impact-ordered index (fulltext.py); "exact": score every match.
 BM25_SEARCHES = ("topk", "exact")
 # A filter beyond corpus/expiry/staleness that the planner expects to keep fewer rows
-# than this (and less than FILTERED_BROAD_SHARE of the store) is selective: full-text
+# than this (and less than fulltext.BROAD_SHARE of the store) is selective: full-text
 # search scores every match (the BM25 index would read many postings of documents the
 # filter then drops) and vector search scans the filtered rows exactly (20,000 384-d
 # vectors: ~10 ms, and exact) instead of walking the HNSW graph.
 FILTERED_EXACT_ROWS = 20_000
-FILTERED_BROAD_SHARE = 0.2
-# The BM25 index's blocks are merged when a write of at least COMPACT_MIN_BATCH items
-# finds the store at least twice as large as at the last merge (and COMPACT_MIN_ITEMS).
-COMPACT_MIN_BATCH = 500
-COMPACT_MIN_ITEMS = 5_000
-META_BM25_COMPACTED = "pg_bm25_compacted_items"
-_LOCK_COMPACT = "hybridkb.bm25_compact"
+COMPACT_MIN_BATCH = 500  # writes of this many items may merge the BM25 index's blocks
+REPLICA_WAIT_S = 1.0  # read-your-writes: how long a replica may take to catch up
 
 
 def _require_driver() -> None:
@@ -95,6 +91,8 @@ class PostgresBackend:
         self, url: str, *, bm25_weights: tuple[float, float] = DEFAULT_BM25_WEIGHTS,
         ranking: str = "bm25", ts_normalization: int = 0, hnsw_min_rows: int = HNSW_MIN_ROWS,
         bm25_search: str = "topk", filtered_exact_rows: int = FILTERED_EXACT_ROWS,
+        replicas: Sequence[str] = (), read_your_writes: bool = False,
+        replica_wait: float = REPLICA_WAIT_S,
         pool_min_size: int = 1, pool_max_size: int = 8,
         connect_timeout: float = CONNECT_TIMEOUT_S,
     ) -> None:
@@ -137,6 +135,14 @@ class PostgresBackend:
             self._pool.close()
             raise BackendUnavailableError(
                 f"cannot open a connection pool to PostgreSQL at {self.url}: {exc}") from None
+        if isinstance(replicas, str):
+            raise InvalidInputError("replicas is a list of postgresql:// URLs, not one string")
+        self._replicas: Replicas | None = None
+        if replicas:
+            self._replicas = Replicas(
+                list(replicas), connect_kwargs=self._connect_kwargs, configure=self._configure,
+                timeout=connect_timeout, max_size=max(1, pool_max_size),
+                read_your_writes=read_your_writes, wait=replica_wait)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -208,9 +214,22 @@ class PostgresBackend:
         return self._run(lambda conn: conn.execute(query, params).fetchall(), write=False)
 
     def _write(self, work: Callable[[Connection[Any]], T]) -> T:
-        return self._run(work, write=True)
+        result = self._run(work, write=True)
+        if self._replicas is not None and self._replicas.read_your_writes:
+            self._replicas.noted_write(self._run(_wal_position, write=False))
+        return result
+
+    def _search(self, work: Callable[[Connection[Any]], T]) -> T:
+        """A retrieval: on a replica when there are any (see replicas.py), else here."""
+        if self._replicas is not None:
+            answered, result = self._replicas.run(work)
+            if answered:
+                return result  # type: ignore[return-value]
+        return self._run(work, write=False)
 
     def close(self) -> None:
+        if self._replicas is not None:
+            self._replicas.close()
         self._pool.close()
 
     # -- metadata -------------------------------------------------------------------------------
@@ -236,7 +255,7 @@ class PostgresBackend:
 
         def work(conn: Connection[Any]) -> None:
             self._lock(conn, _LOCK_VECTORS)  # two stores opening at once create it once
-            if records.ensure_vector_table(_Tables(conn), dim) and self.hnsw_min_rows <= 0:
+            if records.ensure_vector_table(VectorTables(conn), dim) and self.hnsw_min_rows <= 0:
                 self._build_hnsw(conn, dim)
 
         self._write(work)
@@ -246,7 +265,7 @@ class PostgresBackend:
     def begin_reembed(self, model_id: str, dim: int) -> None:
         def work(conn: Connection[Any]) -> None:
             self._lock(conn, _LOCK_VECTORS)
-            records.begin_reembed(_Tables(conn), model_id, dim)
+            records.begin_reembed(VectorTables(conn), model_id, dim)
 
         self._write(work)
 
@@ -260,7 +279,7 @@ class PostgresBackend:
         self, ids: Sequence[str], vectors: Sequence[Vector], content_hashes: Sequence[str],
     ) -> None:
         def work(conn: Connection[Any]) -> None:
-            recorded = _Tables(conn).meta([META_PENDING_VECTOR_DIM]).get(META_PENDING_VECTOR_DIM)
+            recorded = VectorTables(conn).meta([META_PENDING_VECTOR_DIM]).get(META_PENDING_VECTOR_DIM)
             dim = records.pending_dim(recorded)
             codec.check_dims(zip(ids, vectors, strict=True), dim, holder="the new model has")
             conn.execute(q.UPSERT_PENDING, [
@@ -273,7 +292,7 @@ class PostgresBackend:
         """The HNSW index is built once over the swapped-in vectors."""
         def work(conn: Connection[Any]) -> int:
             self._lock(conn, _LOCK_VECTORS)
-            moved = records.finish_reembed(_Tables(conn), model_id, dim)
+            moved = records.finish_reembed(VectorTables(conn), model_id, dim)
             if moved >= self.hnsw_min_rows:
                 self._build_hnsw(conn, dim)
             return moved
@@ -283,7 +302,7 @@ class PostgresBackend:
     def cancel_reembed(self) -> None:
         def work(conn: Connection[Any]) -> None:
             self._lock(conn, _LOCK_VECTORS)
-            records.cancel_reembed(_Tables(conn))
+            records.cancel_reembed(VectorTables(conn))
 
         self._write(work)
 
@@ -345,28 +364,11 @@ class PostgresBackend:
 
         self._write(work)
         if len(items) >= COMPACT_MIN_BATCH:
-            self._write(self._maybe_compact)
-
-    def _maybe_compact(self, conn: Connection[Any]) -> None:
-        """Merge the BM25 index's blocks once the store has doubled since the last merge
-        (each write statement adds small blocks; queries read every block of a bucket)."""
-        row = conn.execute(q.COMPACT_STATE, [META_BM25_COMPACTED]).fetchone()
-        n, done = (int(row[0]), int(row[1])) if row else (0, 0)
-        if n >= COMPACT_MIN_ITEMS and n >= 2 * done:
-            self._compact(conn, n)
-
-    def _compact(self, conn: Connection[Any], n: int) -> None:
-        self._lock(conn, _LOCK_COMPACT)
-        conn.execute("SELECT hybridkb_bm25_compact()")
-        conn.execute(q.SET_META, [META_BM25_COMPACTED, str(n)])
+            self._write(fulltext.maybe_compact)
 
     def optimize(self) -> None:
         """Merge the BM25 index's blocks now (after a bulk load, for the fastest queries)."""
-        def work(conn: Connection[Any]) -> None:
-            row = conn.execute(q.COMPACT_STATE, [META_BM25_COMPACTED]).fetchone()
-            self._compact(conn, int(row[0]) if row else 0)
-
-        self._write(work)
+        self._write(lambda conn: fulltext.compact(conn))
 
     def _prepare_vector_write(self, conn: Connection[Any], dim: int | None, indexed: bool,
                               any_vectors: bool) -> bool:
@@ -501,35 +503,24 @@ class PostgresBackend:
             terms, area, limit, ranking=self.ranking, weights=self.bm25_weights,
             normalization=self.ts_normalization)
         if self.ranking != "bm25" or self.bm25_search != "topk":
-            return [(r[0], float(r[1])) for r in self._read(statement, params)]
+            return [(r[0], float(r[1])) for r in self._search(
+                lambda conn: conn.execute(statement, params).fetchall())]
 
         def work(conn: Connection[Any]) -> list[Any]:
-            if not area.filters.needs_row_filter or self._broad(conn, area):
+            if not area.filters.needs_row_filter or fulltext.keeps_many(conn, area, self.filtered_exact_rows):
                 found = fulltext.search(conn, terms, area, limit, self.bm25_weights)
                 if found is not None:
                     return found
             return conn.execute(statement, params).fetchall()
 
-        return [(r[0], float(r[1])) for r in self._run(work, write=False)]
-
-    def _broad(self, conn: Connection[Any], area: SearchArea) -> bool:
-        """Whether the planner expects the filters to keep many rows (FILTERED_*)."""
-        if self.filtered_exact_rows <= 0:
-            return True
-        where, params = q.filter_sql(area)
-        plan = conn.execute(
-            sql.SQL("EXPLAIN (FORMAT JSON) SELECT 1 FROM items i WHERE {}").format(where),
-            params).fetchone()
-        rows = float(plan[0][0]["Plan"]["Plan Rows"]) if plan else 0.0
-        total = conn.execute("SELECT coalesce(sum(n_docs), 0) FROM corpus_stats").fetchone()
-        share = rows / max(1.0, float(total[0]) if total else 1.0)
-        return rows >= self.filtered_exact_rows or share >= FILTERED_BROAD_SHARE
+        return [(r[0], float(r[1])) for r in self._search(work)]
 
     def substring_search(self, words: Sequence[str], area: SearchArea, limit: int) -> ScoredIds:
         if not words or limit <= 0:
             return []
         statement, params = q.substring_search(words, area, limit)
-        return [(r[0], float(r[1])) for r in self._read(statement, params)]
+        return [(r[0], float(r[1])) for r in self._search(
+            lambda conn: conn.execute(statement, params).fetchall())]
 
     def vector_search(self, vector: Vector, area: SearchArea, limit: int) -> ScoredIds:
         if limit <= 0:
@@ -541,7 +532,9 @@ class PostgresBackend:
             query = codec.query(vector, dim)
             if query is None or not np.any(query):  # a zero vector has no cosine
                 return []
-            if not indexed or (area.filters.needs_row_filter and not self._broad(conn, area)):
+            selective = area.filters.needs_row_filter and not fulltext.keeps_many(
+                conn, area, self.filtered_exact_rows)
+            if not indexed or selective:
                 # A small store, or a filter that keeps few rows: the exact scan is the fast
                 # plan (and exact; ties fall as SQLite's).
                 statement, params = q.vector_search(query, area, limit, exact=True)
@@ -554,7 +547,7 @@ class PostgresBackend:
                 rows = conn.execute(statement, params).fetchall()
             return rows
 
-        return [(r[0], float(r[1])) for r in self._run(work, write=False)]
+        return [(r[0], float(r[1])) for r in self._search(work)]
 
     @staticmethod
     def _knn(conn: Connection[Any], query: Vector, area: SearchArea, limit: int,
@@ -609,47 +602,14 @@ class PostgresBackend:
         return problems
 
 
+def _wal_position(conn: Connection[Any]) -> str:
+    # The insert position: past the commit record even before it is written out
+    # (pg_current_wal_lsn() lags it when synchronous_commit is off).
+    row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+    return str(row[0]) if row else "0/0"
+
+
 def open_postgres(url: str, **options: Any) -> PostgresBackend:
     """Open (creating and migrating if needed) the store in the database at `url`."""
     _require_driver()
     return PostgresBackend(url, **options)
-
-
-class _Tables:
-    """records.VectorTables inside one PostgreSQL write transaction."""
-
-    def __init__(self, conn: Connection[Any]) -> None:
-        self.conn = conn
-
-    def meta(self, keys: Sequence[str]) -> dict[str, str]:
-        return dict(self.conn.execute(
-            "SELECT key, value FROM meta WHERE key = ANY(%s)", [list(keys)]).fetchall())
-
-    def set_meta(self, pairs: Sequence[tuple[str, str]]) -> None:
-        self.conn.cursor().executemany(q.SET_META, list(pairs))
-
-    def delete_meta(self, keys: Sequence[str]) -> None:
-        self.conn.execute("DELETE FROM meta WHERE key = ANY(%s)", [list(keys)])
-
-    def create_vector_table(self, dim: int) -> None:
-        self.conn.execute(q.create_vector_table(dim))
-
-    def replace_vector_table(self, dim: int) -> None:
-        self.conn.execute("DROP TABLE IF EXISTS item_vectors")
-        self.conn.execute(q.create_vector_table(dim))
-
-    def has_pending_table(self) -> bool:
-        row = self.conn.execute("SELECT to_regclass('item_vectors_pending') IS NOT NULL").fetchone()
-        return row == (True,)
-
-    def create_pending_table(self, dim: int) -> None:
-        self.conn.execute(q.create_pending_table(dim))
-
-    def drop_pending_table(self) -> None:
-        self.conn.execute("DROP TABLE IF EXISTS item_vectors_pending")
-
-    def move_pending_vectors(self) -> int:
-        moved = self.conn.execute(q.MOVE_PENDING).rowcount
-        self.conn.execute(q.UNMARK_NOT_PENDING)
-        self.conn.execute(q.MARK_PENDING)
-        return int(moved)

@@ -24,6 +24,10 @@ from . import topk
 if TYPE_CHECKING:
     from psycopg import Connection
 
+COMPACT_MIN_ITEMS = 5_000  # no merging below this many items
+META_COMPACTED = "pg_bm25_compacted_items"  # items in the store at the last merge
+_LOCK_COMPACT = "hybridkb.bm25_compact"
+BROAD_SHARE = 0.2  # a filter keeping this share of the store is broad, whatever its rows
 FIRST_BUDGET = 4000  # postings read in the first round (at least 8 per wanted result)
 _CHECK_CHUNK = 4  # documents checked against the filters: this many times k at first
 MAX_UNSURE = 64  # candidates left to score one by one before the reads stop
@@ -97,6 +101,40 @@ def _array(data: bytes | None, kind: str) -> Any:
     dtype = np.dtype([("len", ">i4"), ("v", ">i8" if kind == "i" else ">f8")])
     return np.frombuffer(data, dtype=dtype, offset=20)["v"].astype(
         np.int64 if kind == "i" else np.float64)
+
+
+def maybe_compact(conn: Connection[Any]) -> None:
+    """Merge the BM25 index's blocks once the store has doubled since the last merge
+    (each write statement adds small blocks; a query reads every block of a bucket)."""
+    row = conn.execute(q.COMPACT_STATE, [META_COMPACTED]).fetchone()
+    n, done = (int(row[0]), int(row[1])) if row else (0, 0)
+    if n >= COMPACT_MIN_ITEMS and n >= 2 * done:
+        compact(conn)
+
+
+def compact(conn: Connection[Any]) -> None:
+    """Merge the blocks of every (lexeme, corpus, bucket) (migration 002), in the caller's
+    transaction; concurrent merges take turns."""
+    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [_LOCK_COMPACT])
+    row = conn.execute(q.COMPACT_STATE, [META_COMPACTED]).fetchone()
+    conn.execute("SELECT hybridkb_bm25_compact()")
+    conn.execute(q.SET_META, [META_COMPACTED, str(int(row[0]) if row else 0)])
+
+
+def keeps_many(conn: Connection[Any], area: SearchArea, min_rows: int) -> bool:
+    """Whether the planner expects the filters to keep at least `min_rows` rows or
+    BROAD_SHARE of the store (0: always): else full-text search scores every match and
+    vector search scans the filtered rows exactly."""
+    if min_rows <= 0:
+        return True
+    where, params = q.filter_sql(area)
+    plan = conn.execute(
+        sql.SQL("EXPLAIN (FORMAT JSON) SELECT 1 FROM items i WHERE {}").format(where),
+        params).fetchone()
+    rows = float(plan[0][0]["Plan"]["Plan Rows"]) if plan else 0.0
+    total = conn.execute("SELECT coalesce(sum(n_docs), 0) FROM corpus_stats").fetchone()
+    share = rows / max(1.0, float(total[0]) if total else 1.0)
+    return rows >= min_rows or share >= BROAD_SHARE
 
 
 def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit: int,
