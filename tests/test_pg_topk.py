@@ -147,6 +147,9 @@ def test_writes_keep_the_index_current(stores: tuple[KnowledgeBase, KnowledgeBas
         conn.execute("DELETE FROM bm25_blocks WHERE lexeme = 'w1'")
     problems = fast.backend.integrity_problems()  # type: ignore[attr-defined]
     assert any("BM25 index" in p for p in problems), problems
+    assert "rebuilt the BM25 index from the items" in fast.backend.repair()  # type: ignore[attr-defined]
+    assert fast.backend.integrity_problems() == []  # type: ignore[attr-defined]
+    assert _same(fast, exact, area, _queries(12, 10), 30) >= 10
 
 
 def test_bucket_bounds_hold_for_any_statistics() -> None:

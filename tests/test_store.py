@@ -145,7 +145,7 @@ def test_unknown_corpus_is_error(filled: KnowledgeBase) -> None:
 
 @pytest.mark.parametrize("options", [{"mode": "fuzzy"}, {"limit": 0}, {"limit": -1}, {"offset": -1},
                                      {"fusion": "magic"}, {"rrf_k": 0}, {"weights": [1.0]},
-                                     {"min_score": 2.0}, {"dedup": 1.5}])
+                                     {"min_score": 2.0}, {"dedup_threshold": 1.5}])
 def test_bad_options_are_clear_errors(filled: KnowledgeBase, options: dict) -> None:  # type: ignore[type-arg]
     with pytest.raises(InvalidInputError):
         filled.search("billing", **options)
