@@ -38,7 +38,7 @@ try:
 
     from . import bulk, fulltext, maintenance
     from . import sql as q
-    from .replicas import Replicas
+    from .replicas import Replicas, wal_position
     from .tables import VectorTables
 except ImportError as _exc:  # the optional extra is not installed
     _IMPORT_ERROR: ImportError | None = _exc
@@ -64,11 +64,8 @@ _QUIET = "SET client_min_messages = warning"
 _LOCK_VECTORS = "hybridkb.vectors"
 # "topk": BM25 through the impact-ordered index (fulltext.py); "exact": score every match.
 BM25_SEARCHES = ("topk", "exact")
-# A filter beyond corpus/expiry/staleness that the planner expects to keep fewer rows
-# than this (and less than fulltext.BROAD_SHARE of the store) is selective: full-text
-# search scores every match (the BM25 index would read many postings of documents the
-# filter then drops) and vector search scans the filtered rows exactly (20,000 384-d
-# vectors: ~10 ms, and exact) instead of walking the HNSW graph.
+# A filter the planner expects to keep fewer rows than this (and < fulltext.BROAD_SHARE of
+# the store) is selective: full-text search scores every match, vector search scans exactly.
 FILTERED_EXACT_ROWS = 20_000
 COMPACT_MIN_BATCH = 500  # writes of this many items may merge the BM25 index's blocks
 REPLICA_WAIT_S = 1.0  # read-your-writes: how long a replica may take to catch up
@@ -141,12 +138,10 @@ class PostgresBackend:
             ) from None
         if isinstance(replicas, str):
             raise InvalidInputError("replicas is a list of postgresql:// URLs, not one string")
-        self._replicas: Replicas | None = None
-        if replicas:
-            self._replicas = Replicas(
-                list(replicas), connect_kwargs=self._connect_kwargs, configure=self._configure,
-                timeout=connect_timeout, max_size=max(1, pool_max_size),
-                read_your_writes=read_your_writes, wait=replica_wait)
+        self._replicas = Replicas(
+            list(replicas), connect_kwargs=self._connect_kwargs, configure=self._configure,
+            timeout=connect_timeout, max_size=max(1, pool_max_size),
+            read_your_writes=read_your_writes, wait=replica_wait) if replicas else None
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -225,7 +220,7 @@ class PostgresBackend:
     def _write(self, work: Callable[[Connection[Any]], T]) -> T:
         result = self._run(work, write=True)
         if self._replicas is not None and self._replicas.read_your_writes:
-            self._replicas.noted_write(self._run(_wal_position, write=False))
+            self._replicas.noted_write(self._run(wal_position, write=False))
         return result
 
     def _search(self, work: Callable[[Connection[Any]], T]) -> T:
@@ -237,8 +232,7 @@ class PostgresBackend:
         return self._run(work, write=False)
 
     def close(self) -> None:
-        if self._replicas is not None:
-            self._replicas.close()
+        self._replicas.close() if self._replicas is not None else None
         self._pool.close()
 
     # -- metadata -------------------------------------------------------------------------------
@@ -597,13 +591,6 @@ class PostgresBackend:
                                       lambda: self._build_hnsw(conn, dim or 0))
 
         return self._write(work)
-
-
-def _wal_position(conn: Connection[Any]) -> str:
-    # The insert position: past the commit record even before it is written out
-    # (pg_current_wal_lsn() lags it when synchronous_commit is off).
-    row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
-    return str(row[0]) if row else "0/0"
 
 
 def open_postgres(url: str, **options: Any) -> PostgresBackend:

@@ -122,3 +122,10 @@ class Replicas:
     def close(self) -> None:
         for replica in self.replicas:
             replica.close()
+
+
+def wal_position(conn: Connection[Any]) -> str:
+    """The primary's WAL insert position: past the commit record of the last write even
+    before it is written out (pg_current_wal_lsn() lags it when synchronous_commit is off)."""
+    row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+    return str(row[0]) if row else "0/0"
