@@ -222,10 +222,10 @@ class _Run:
             budget *= 4
             unread = np.array([p.unread_bound for p in self.plans])
             docs, lower, upper, known = self.seen.bounds(unread, self.exact)
-            passing = self._passing(docs, lower)
+            passing, possible = self._passing(docs, lower)
             theta = topk.threshold(lower, passing, self.limit)
             if float(unread.sum()) < theta or not unread.any():
-                cands = passing & (upper >= theta)
+                cands = possible & (upper >= theta)
                 unsure = int((cands & ~known).sum())
                 # Reading on is cheaper than scoring many documents one by one.
                 if unsure <= MAX_UNSURE or not unread.any() or read > READ_CAP:
@@ -246,11 +246,14 @@ class _Run:
             n += len(ids)
         return n
 
-    def _passing(self, docs: topk.Ints, lower: topk.Floats) -> Any:
-        """Which documents seen pass the filters: all but the excluded set when it is
-        known, else checked row by row from the best lower bound down, until k pass."""
+    def _passing(self, docs: topk.Ints, lower: topk.Floats) -> tuple[Any, Any]:
+        """Which documents seen pass the filters for sure, and which may: all but the
+        excluded set when it is known; else checked row by row from the best lower bound
+        down until k pass (the unchecked ones may pass, and are checked if they become
+        candidates)."""
         if self.excluded is not None:
-            return ~np.isin(docs, self.excluded)
+            passing = ~np.isin(docs, self.excluded)
+            return passing, passing
         order = np.argsort(-lower, kind="stable")
         want = _CHECK_CHUNK * self.limit
         while True:
@@ -261,9 +264,10 @@ class _Run:
                 break
             want *= 2
         passing = np.zeros(len(docs), dtype=bool)
+        possible = np.ones(len(docs), dtype=bool)
         top = order[:want]
-        passing[top] = [self.checked[int(r)][1] for r in docs[top]]
-        return passing
+        passing[top] = possible[top] = [self.checked[int(r)][1] for r in docs[top]]
+        return passing, possible
 
     def _check(self, rowids: Sequence[int] | topk.Ints) -> None:
         todo = [int(r) for r in rowids if int(r) not in self.checked]
