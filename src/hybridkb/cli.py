@@ -19,30 +19,12 @@ from typing import Any, TypeVar
 import click
 
 from . import open as open_kb
+from .cli_options import Context, add_global_options, global_options, require_store
 from .errors import HybridKBError, InvalidInputError
 from .fusion import FUSIONS
 from .model import MODES, Item, SearchResult, iso
-from .store import KnowledgeBase
 
 F = TypeVar("F", bound=Callable[..., Any])
-DEFAULT_DB = "hybridkb.db"
-
-
-class Context:
-    def __init__(self, db: str, embedder: str | None, as_json: bool,
-                 replica_options: dict[str, Any] | None = None) -> None:
-        self.db, self.embedder, self.as_json = db, embedder, as_json
-        self.replica_options = replica_options or {}
-        self._kb: KnowledgeBase | None = None
-
-    def kb(self) -> KnowledgeBase:
-        if self._kb is None:
-            self._kb = open_kb(self.db, embedder=self.embedder, **self.replica_options)
-        return self._kb
-
-    def close(self) -> None:
-        if self._kb is not None:
-            self._kb.close()
 
 
 def _fail(message: str) -> None:
@@ -80,29 +62,22 @@ def progress_bar(total: int | None, desc: str) -> Any:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--db", envvar="HYBRIDKB_DB", default=DEFAULT_DB, show_default=True,
-              help="Store: a SQLite file path or a postgresql:// URL (env HYBRIDKB_DB).")
-@click.option("--embedder", default="default", show_default=True,
-              help="Embedding model: default (all-MiniLM-L6-v2), hashing-DIM, or none.")
-@click.option("--no-embedder", is_flag=True, help="Full-text only: no vectors, no model load.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
-@click.option("--replica", "replicas", multiple=True, envvar="HYBRIDKB_REPLICAS", metavar="URL",
-              help="A PostgreSQL streaming replica for searches (repeatable; env HYBRIDKB_REPLICAS, "
-                   "space-separated); writes go to --db.")
-@click.option("--read-your-writes", is_flag=True,
-              help="With --replica: a replica answers only once it has replayed this process's writes.")
+@global_options
+@click.option("--config", "config_path", metavar="FILE",
+              help="Read settings from this TOML file (env HYBRIDKB_CONFIG; default ./hybridkb.toml, "
+                   "else hybridkb.toml in the user config folder).")
 @click.version_option(package_name="hybridkb")
 @click.pass_context
-def cli(ctx: click.Context, db: str, embedder: str, no_embedder: bool, as_json: bool,
-        replicas: tuple[str, ...], read_your_writes: bool) -> None:
-    """hybridkb: hybrid BM25 + vector search over your knowledge, in one SQLite file."""
-    options: dict[str, Any] = {}
-    if replicas:
-        if not db.startswith(("postgresql://", "postgres://")):
-            raise click.BadParameter("--replica needs a postgresql:// store (--db)",
-                                     param_hint="--replica")
-        options = {"replicas": list(replicas), "read_your_writes": read_your_writes}
-    ctx.obj = Context(db, None if no_embedder else embedder, as_json, options)
+def cli(ctx: click.Context, config_path: str | None) -> None:
+    """hybridkb: hybrid BM25 + vector search over your knowledge, in one SQLite file.
+
+    Global options (--db, --embedder, --no-embedder, --json) go before or after the
+    command. Each setting comes from the flag, else the environment, else hybridkb.toml.
+    """
+    try:
+        ctx.obj = Context.start(ctx, config_path)
+    except HybridKBError as exc:
+        _fail(str(exc))
     ctx.call_on_close(ctx.obj.close)
 
 
@@ -434,7 +409,7 @@ def eval_(ctx: Context, dataset: str, split: str, modes: tuple[str, ...], fusion
 
 @cli.command()
 @click.option("--http", "use_http", is_flag=True,
-              help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio.")
+              help="Serve HTTP instead of stdio: MCP at /mcp, REST at /api, the search page at /.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP bind address.")
 @click.option("--port", default=8765, show_default=True, help="HTTP port.")
 @click.option("--token", envvar="HYBRIDKB_TOKEN",
@@ -447,7 +422,11 @@ def eval_(ctx: Context, dataset: str, split: str, modes: tuple[str, ...], fusion
 @handle_errors
 def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None, read_only: bool,
           corpora_csv: str | None) -> None:
-    """Serve the store to agents over MCP (stdio by default; logs go to stderr)."""
+    """Serve the store over MCP (stdio by default); with --http also REST and a search page.
+
+    Logs go to stderr. Over HTTP: MCP at /mcp, the REST API at /api (OpenAPI at
+    /api/openapi.json) and the search page at /, all under one token.
+    """
     try:
         from . import mcp as mcp_server
     except ImportError as exc:
@@ -455,18 +434,26 @@ def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None,
             raise
         _fail("the MCP server needs the mcp package: pip install 'hybridkb[mcp]'")
     corpora = [c.strip() for c in (corpora_csv or "").split(",") if c.strip()] or None
+    if read_only:
+        ctx.require_store()  # nothing to serve, and nothing may be written
     if use_http:
         token, generated = mcp_server.check_http_binding(host, token)
     server = mcp_server.build_server(ctx.kb(), read_only=read_only, corpora=corpora)
     if not use_http:
         mcp_server.run_stdio(server)
         return
-    click.echo(f"hybridkb MCP server on http://{host}:{port}/mcp"
+    assert token is not None
+    from . import web
+
+    app = web.combined_app(ctx.kb(), mcp_server.http_app(server, token=token, host=host), token=token,
+                           host=host, read_only=read_only, corpora=corpora)
+    base = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+    click.echo(f"hybridkb MCP server on {base}/mcp, REST API on {base}/api"
                + (" (read-only)" if read_only else ""), err=True)
     if generated:
         click.echo(f"bearer token for this run: {token}", err=True)
-    assert token is not None
-    mcp_server.run_http(server, host=host, port=port, token=token)
+    click.echo(f"search page: {base}/?token={token if generated else '<your token>'}", err=True)
+    web.run(app, host=host, port=port)
 
 
 @cli.command(name="index")
@@ -503,9 +490,7 @@ def index_(ctx: Context, path: Path, corpus: str, includes: tuple[str, ...],
 
 
 def _require_store(db: str) -> None:
-    """Reading commands do not create a store where there is none."""
-    if "://" not in db and db != ":memory:" and not Path(db).expanduser().exists():
-        raise InvalidInputError(f"no store at {db!r} (set --db or HYBRIDKB_DB)")
+    require_store(db)
 
 
 @cli.command(name="export")
@@ -585,6 +570,9 @@ def migrate(ctx: Context, target: str, batch_size: int, no_vectors: bool) -> Non
     emit(ctx, {"migrated": report.imported, "target": dest.target, "target_items": count,
                "notes": report.notes},
          lambda: click.echo(f"migrated {report.imported} items to {dest.target}"))
+
+
+add_global_options(cli)
 
 
 def main() -> None:

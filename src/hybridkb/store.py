@@ -10,7 +10,7 @@ from dataclasses import replace as dc_replace
 from datetime import timedelta
 from typing import Any
 
-from . import pipeline, validation
+from . import pipeline, selection, validation
 from .embedding import Embedder, content_hash
 from .errors import (
     EmbedderMismatchError,
@@ -39,6 +39,7 @@ from .storage.records import (
     META_LABEL_TEMPLATES,
     META_PENDING_EMBEDDER,
 )
+from .version import package_version as _package_version
 
 MEMORY_CORPUS = "memory"
 
@@ -287,10 +288,23 @@ class KnowledgeBase:
         """Corpus name -> number of items."""
         return self.backend.corpora()
 
-    def iter_items(self, *, batch_size: int = 500) -> Iterator[StoredItem]:
-        """Every item (expired and stale ones too), in storage order."""
+    def iter_items(
+        self, *, batch_size: int = 500, corpus: str | None = None,
+        corpora: Sequence[str] | str | None = None, filters: Filters | Mapping[str, Any] | None = None,
+    ) -> Iterator[StoredItem]:
+        """Every item in storage order (expired and stale ones too), or those `corpus`/`corpora`
+        and `filters` select; `filters` work as in `search` (expired and stale items then
+        left out unless include_expired / include_stale)."""
+        names = selection.pick_corpora(corpus, corpora)
+        wanted = None if names is None else {names} if isinstance(names, str) else set(names)
+        parsed = None if filters is None else \
+            parse_filters(dict(filters) if isinstance(filters, Mapping) else filters)
+        now = now_ts()
         for batch in self.backend.iter_items(batch_size):
-            yield from batch
+            for item in batch:
+                if (wanted is None or item.corpus in wanted) \
+                        and (parsed is None or selection.item_matches(item, parsed, now)):
+                    yield item
 
     def export_batches(
         self, *, batch_size: int = 500, vectors: bool = False, corpora: Sequence[str] | None = None,
@@ -336,6 +350,7 @@ class KnowledgeBase:
             "items_without_vectors": len(self.backend.ids_missing_vectors(10**9))
             if self.vector_dim is not None else self.count(),
             "reembed_pending": self.backend.get_meta(META_PENDING_EMBEDDER),
+            "version": _package_version(),
         }
         if self.backend.newer_schema is not None:
             out["read_only"] = self.backend.newer_schema
@@ -345,7 +360,8 @@ class KnowledgeBase:
 
     def search(
         self, query: str, *, mode: str = "hybrid", limit: int = 10, offset: int = 0,
-        corpora: Sequence[str] | str | None = None, filters: Filters | Mapping[str, Any] | None = None,
+        corpus: str | None = None, corpora: Sequence[str] | str | None = None,
+        filters: Filters | Mapping[str, Any] | None = None,
         fusion: str | None = None, weights: Sequence[float] | None = None,
         rrf_k: float = pipeline.fusion_lib.RRF_K, depth: int | None = None,
         dedup_threshold: float | None = pipeline.dedup.DEFAULT_THRESHOLD,
@@ -355,6 +371,7 @@ class KnowledgeBase:
     ) -> SearchResult:
         """Hybrid search. A query's text never raises; bad options raise InvalidInputError.
 
+        `corpus="x"` searches one corpus, `corpora=[...]` several (default: all).
         `mode` is one of `model.MODES`, `fusion` one of `fusion.FUSIONS`.
         `dedup_threshold` is the token-Jaccard similarity at which near-duplicates
         collapse (None: off); `dedup_cosine` adds a cosine test on stored vectors.
@@ -385,7 +402,7 @@ class KnowledgeBase:
             min_score=opts["min_score"],
         )
         plan.validate()
-        names = self._resolve_corpora(corpora)
+        names = self._resolve_corpora(selection.pick_corpora(corpus, corpora))
         notes: list[str] = []
         embed = self._query_embedder(mode, notes)
         result = pipeline.run(plan, self.backend, corpora=names, now=now_ts(), embed_query=embed,
@@ -450,9 +467,10 @@ class KnowledgeBase:
         return self.add(text, kind=kind, scope=scope, ttl=ttl, corpus=corpus,
                         metadata=dict(metadata or {}), **fields)
 
-    def recall(self, query: str, *, limit: int = 10, corpora: Sequence[str] | str | None = None,
-               **options: Any) -> SearchResult:
+    def recall(self, query: str, *, limit: int = 10, corpus: str | None = None,
+               corpora: Sequence[str] | str | None = None, **options: Any) -> SearchResult:
         """Search memories with the score policy on, and count each returned hit as accessed."""
+        corpora = selection.pick_corpora(corpus, corpora)
         if corpora is None:
             corpora = [MEMORY_CORPUS] if MEMORY_CORPUS in self.corpora() else None
         options.setdefault("touch", True)
