@@ -31,13 +31,20 @@ class Context:
     def __init__(self, db: str, embedder: str | None, as_json: bool) -> None:
         self.db, self.embedder, self.as_json = db, embedder, as_json
         self._kb: KnowledgeBase | None = None
+        self._closers: list[Callable[[], Any]] = []
 
     def kb(self) -> KnowledgeBase:
         if self._kb is None:
             self._kb = open_kb(self.db, embedder=self.embedder)
         return self._kb
 
+    def on_close(self, callback: Callable[[], Any]) -> None:
+        """Run `callback` before the store closes (e.g. stop a background thread)."""
+        self._closers.append(callback)
+
     def close(self) -> None:
+        for callback in reversed(self._closers):
+            callback()
         if self._kb is not None:
             self._kb.close()
 
@@ -157,15 +164,17 @@ def import_(ctx: Context, file: Path, corpus: str | None, batch_size: int, skip_
     from . import transfer
 
     kb = ctx.kb()
+    kb.embed_mode = "defer"  # text first; the vectors follow below, with their own progress line
     with progress_bar(None, "importing") as bar:
         report = transfer.import_file(kb, file, batch_size=batch_size, skip_bad=skip_bad,
                                       corpus=corpus, progress=bar.update)
+    embedded = cli_index.embed_pending(kb, quiet=ctx.as_json) if kb.awaiting_embedding() else {}
     for message in report.skipped[:20]:
         click.echo(f"skipped: {message}", err=True)
     for note in report.notes:
         click.echo(f"note: {note}", err=True)
     total, skipped = report.imported, len(report.skipped)
-    emit(ctx, {"imported": total, "skipped": skipped},
+    emit(ctx, {"imported": total, "skipped": skipped, **embedded},
          lambda: click.echo(f"imported {total} items" + (f", skipped {skipped}" if skipped else "")))
 
 
@@ -268,6 +277,8 @@ def stats(ctx: Context) -> None:
         click.echo(f"items:    {data['items']}")
         click.echo(f"embedder: {data['embedder'] or 'none'} ({data['vector_dim'] or '-'} dims)")
         click.echo(f"without vectors: {data['items_without_vectors']}")
+        if data["awaiting_embedding"]:
+            click.echo(f"awaiting embedding: {data['awaiting_embedding']:,} items (`hybridkb embed`)")
         for name, count in data["corpora"].items():
             click.echo(f"  {name}: {count}")
 
@@ -400,11 +411,17 @@ def eval_(ctx: Context, dataset: str, split: str, modes: tuple[str, ...], fusion
 @click.option("--read-only", is_flag=True, help="Expose only search, recall, get, list_corpora.")
 @click.option("--corpora", "corpora_csv",
               help="Comma-separated corpora the server may see and write.")
+@click.option("--sync-embed", is_flag=True, help="Embed each write before it commits instead of "
+              "in the background thread.")
 @pass_ctx
 @handle_errors
 def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None, read_only: bool,
-          corpora_csv: str | None) -> None:
-    """Serve the store to agents over MCP (stdio by default; logs go to stderr)."""
+          corpora_csv: str | None, sync_embed: bool) -> None:
+    """Serve the store to agents over MCP (stdio by default; logs go to stderr).
+
+    Writes commit their text at once; a background thread embeds them (and anything
+    else waiting for a vector) unless --sync-embed.
+    """
     try:
         from . import mcp_server
     except ImportError as exc:
@@ -414,7 +431,13 @@ def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None,
     corpora = [c.strip() for c in (corpora_csv or "").split(",") if c.strip()] or None
     if use_http:
         token, generated = mcp_server.check_http_binding(host, token)
-    server = mcp_server.build_server(ctx.kb(), read_only=read_only, corpora=corpora)
+    kb = ctx.kb()
+    server = mcp_server.build_server(kb, read_only=read_only, corpora=corpora)
+    if kb.embedder is not None and not sync_embed:
+        from .background import BackgroundEmbedder
+
+        kb.embed_mode = "defer"
+        ctx.on_close(BackgroundEmbedder(kb).start().stop)
     if not use_http:
         mcp_server.run_stdio(server)
         return
@@ -424,39 +447,6 @@ def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None,
         click.echo(f"bearer token for this run: {token}", err=True)
     assert token is not None
     mcp_server.run_http(server, host=host, port=port, token=token)
-
-
-@cli.command(name="index")
-@click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--corpus", required=True, help="The corpus that mirrors PATH (chunks of gone files "
-              "are removed from it).")
-@click.option("--include", "includes", multiple=True, metavar="GLOB",
-              help="Only files matching this gitignore-style glob (repeatable).")
-@click.option("--exclude", "excludes", multiple=True, metavar="GLOB",
-              help="Skip files and folders matching this gitignore-style glob (repeatable).")
-@pass_ctx
-@handle_errors
-def index_(ctx: Context, path: Path, corpus: str, includes: tuple[str, ...],
-           excludes: tuple[str, ...]) -> None:
-    """Index a folder's Markdown, text and source files; a re-run touches only what changed.
-
-    Respects .gitignore; skips binary files and files over 1 MB.
-    """
-    from .ingest import index_folder
-
-    summary = index_folder(ctx.kb(), path, corpus, include=includes, exclude=excludes,
-                           progress=progress_bar)
-
-    def human() -> None:
-        for skipped in summary.skipped[:20]:
-            click.echo(f"skipped: {skipped.path}: {skipped.reason}", err=True)
-        if len(summary.skipped) > 20:
-            click.echo(f"skipped: ... and {len(summary.skipped) - 20} more", err=True)
-        for warning in summary.warnings[:20]:
-            click.echo(f"warning: {warning}", err=True)
-        click.echo(summary.line())
-
-    emit(ctx, summary.to_dict(), human)
 
 
 def _require_store(db: str) -> None:
@@ -542,6 +532,11 @@ def migrate(ctx: Context, target: str, batch_size: int, no_vectors: bool) -> Non
     emit(ctx, {"migrated": report.imported, "target": target, "target_items": count,
                "notes": report.notes},
          lambda: click.echo(f"migrated {report.imported} items to {target}"))
+
+
+from . import cli_index  # noqa: E402  (its commands use the helpers above)
+
+cli_index.register(cli)
 
 
 def main() -> None:

@@ -44,6 +44,9 @@ _NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,128}$")
 MEMORY_CORPUS = "memory"
 
 Progress = Callable[[int], None]
+EMBED_MODES = ("sync", "defer")
+CORPUS_SETTINGS = "corpus_settings:"  # meta key prefix: one JSON object per corpus
+EMBED_BATCH = 256  # items per embedding transaction when draining the queue
 
 
 def _check_name(kind: str, value: object) -> str:
@@ -118,10 +121,11 @@ class KnowledgeBase:
     """
 
     def __init__(self, backend: Backend, embedder: Embedder | None, *,
-                 score_policy: ScorePolicy | None = None) -> None:
+                 score_policy: ScorePolicy | None = None, embed: str = "sync") -> None:
         self.backend = backend
         self.embedder = embedder
         self.score_policy = score_policy or ScorePolicy()
+        self.embed_mode = embed
         self._vector_problem: EmbedderMismatchError | None = None
         self._check_embedder()
 
@@ -164,6 +168,23 @@ class KnowledgeBase:
             f"open it with the same model, or {fix} (full-text search keeps working meanwhile)")
 
     @property
+    def embed_mode(self) -> str:
+        """"sync": a write embeds its items before it commits; "defer": it commits text only.
+
+        Deferred items wait in the pending-embeddings queue (items whose vector is
+        missing or older than their text), are found by full text meanwhile, and get
+        their vectors from `embed_pending` (`hybridkb embed`, `serve`, or the CLI's
+        `index` / `import` right after their text commit).
+        """
+        return self._embed_mode
+
+    @embed_mode.setter
+    def embed_mode(self, mode: str) -> None:
+        if mode not in EMBED_MODES:
+            raise InvalidInputError(f"embed must be one of {', '.join(EMBED_MODES)}, got {mode!r}")
+        self._embed_mode = mode
+
+    @property
     def embedder_name(self) -> str | None:
         return self.backend.get_meta("embedder")
 
@@ -184,33 +205,39 @@ class KnowledgeBase:
 
     # -- writes -----------------------------------------------------------------------------
 
-    def add(self, text: str, **fields: Any) -> str:
+    def add(self, text: str, *, embed: str | None = None, **fields: Any) -> str:
         """Add one item; returns its id. An existing id is an error (use `upsert`)."""
-        return self.add_many([{"text": text, **fields}])[0]
+        return self.add_many([{"text": text, **fields}], embed=embed)[0]
 
-    def upsert(self, text: str, **fields: Any) -> str:
+    def upsert(self, text: str, *, embed: str | None = None, **fields: Any) -> str:
         """Insert or replace one item by id (created_at and access counts are kept)."""
-        return self.add_many([{"text": text, **fields}], replace=True)[0]
+        return self.add_many([{"text": text, **fields}], replace=True, embed=embed)[0]
 
     def add_many(
         self, items: Iterable[Item | Mapping[str, Any]], *, replace: bool = False,
-        batch_size: int = 256, progress: Progress | None = None,
+        batch_size: int = 256, progress: Progress | None = None, embed: str | None = None,
     ) -> list[str]:
         """Add items in batches; each batch is one transaction (all of it or none).
 
-        Vectors are computed for new or changed text only (by content hash).
+        Vectors are computed for new or changed text only (by content hash), before
+        the commit with `embed="sync"`, later with `embed="defer"` (default: the
+        store's `embed_mode`).
         """
+        mode = self.embed_mode if embed is None else embed
+        if mode not in EMBED_MODES:
+            raise InvalidInputError(f"embed must be one of {', '.join(EMBED_MODES)}, got {mode!r}")
+        defer = mode == "defer"
         ids: list[str] = []
         batch: list[tuple[Item, Vector | None]] = []
         for raw in items:
             batch.append(self._prepare(raw))
             if len(batch) >= batch_size:
-                ids.extend(self._write_batch(batch, replace))
+                ids.extend(self._write_batch(batch, replace, defer))
                 if progress:
                     progress(len(batch))
                 batch = []
         if batch:
-            ids.extend(self._write_batch(batch, replace))
+            ids.extend(self._write_batch(batch, replace, defer))
             if progress:
                 progress(len(batch))
         return ids
@@ -318,7 +345,8 @@ class KnowledgeBase:
             raise InvalidInputError(f"item {item_id!r}: vector is all zeros")
         return vec / norm
 
-    def _write_batch(self, batch: list[tuple[Item, Vector | None]], replace: bool) -> list[str]:
+    def _write_batch(self, batch: list[tuple[Item, Vector | None]], replace: bool,
+                     defer: bool = False) -> list[str]:
         items = [it for it, _ in batch]
         seen: set[str] = set()
         for it in items:
@@ -338,7 +366,7 @@ class KnowledgeBase:
             unchanged = self.backend.embedded_hashes([it.id for it in items]) if replace else {}  # type: ignore[misc]
             todo = [i for i, it in enumerate(items)
                     if vectors[i] is None and unchanged.get(it.id) != hashes[i]]  # type: ignore[arg-type]
-            if todo:
+            if todo and not defer:
                 embedded = self.embedder.embed_documents([items[i].embedding_text for i in todo])
                 for i, vec in zip(todo, embedded, strict=True):
                     vectors[i] = vec
@@ -389,7 +417,14 @@ class KnowledgeBase:
             "items_without_vectors": len(self.backend.ids_missing_vectors(10**9))
             if self.backend.vector_dim() is not None else self.count(),
             "reembed_pending": self.backend.get_meta("pending_embedder"),
+            "awaiting_embedding": self.awaiting_embedding(),
         }
+
+    def awaiting_embedding(self) -> int:
+        """How many items wait for a vector from this store's model (0 without a model)."""
+        if self.embedder is None or self.backend.vector_dim() is None or not self.has_vectors:
+            return 0
+        return len(self.backend.ids_missing_vectors(10**9))
 
     # -- search -----------------------------------------------------------------------------
 
@@ -420,6 +455,10 @@ class KnowledgeBase:
         names = self._resolve_corpora(corpora)
         notes: list[str] = []
         embed = self._query_embedder(mode, notes)
+        if embed is not None and self.backend.ids_missing_vectors(1):
+            waiting = self.awaiting_embedding()
+            notes.append(f"{waiting} item{'s' if waiting != 1 else ''} awaiting embedding: "
+                         f"found by full text only until embedded (`hybridkb embed`)")
         result = pipeline.run(plan, self.backend, corpora=names, now=now_ts(), embed_query=embed,
                               labels=self._labels(), notes=notes)
         if touch and result.hits:
@@ -474,6 +513,19 @@ class KnowledgeBase:
             raise InvalidInputError(f"bad label template {template!r}: {exc}") from exc
         labels[_check_name("corpus", corpus)] = template
         self.backend.set_meta("label_templates", json.dumps(labels))
+
+    def corpus_settings(self, corpus: str) -> dict[str, Any]:
+        """What the store remembers about a corpus (e.g. the folder `index` mirrors into it)."""
+        raw = self.backend.get_meta(CORPUS_SETTINGS + _check_name("corpus", corpus))
+        value = json.loads(raw) if raw else {}
+        return value if isinstance(value, dict) else {}
+
+    def set_corpus_settings(self, corpus: str, **values: Any) -> None:
+        """Merge `values` (JSON values; None removes a key) into the corpus's settings."""
+        settings = self.corpus_settings(corpus)
+        settings.update(values)
+        settings = {k: v for k, v in settings.items() if v is not None}
+        self.backend.set_meta(CORPUS_SETTINGS + corpus, json.dumps(settings, sort_keys=True))
 
     # -- memory -----------------------------------------------------------------------------
 
@@ -540,16 +592,41 @@ class KnowledgeBase:
             self._record_model()
         self._refresh_vector_problem()
         self.backend.ensure_vector_storage(dim)
+        return done + self.embed_pending(batch_size=batch_size, progress=progress)
+
+    def embed_pending(
+        self, *, batch_size: int = EMBED_BATCH, limit: int | None = None,
+        progress: Progress | None = None, stop: Callable[[], bool] | None = None,
+    ) -> int:
+        """Give vectors to the items waiting for one (deferred writes); returns how many.
+
+        Each batch is one transaction, so an interrupt keeps what was embedded and
+        the next call continues. Batches go to the model sorted by length (little
+        padding). An item rewritten or deleted meanwhile is left to its writer.
+        `stop` is asked between batches (a background thread's exit signal).
+        """
+        if self.embedder is None or not self.has_vectors:
+            return 0
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidInputError(f"batch_size must be a positive integer, got {batch_size!r}")
+        self.backend.ensure_vector_storage(self.embedder.dim)
+        done = 0
         skipped: set[str] = set()
-        while ids := [i for i in self.backend.ids_missing_vectors(batch_size + len(skipped))
-                      if i not in skipped][:batch_size]:
+        while limit is None or done < limit:
+            if stop is not None and stop():
+                break
+            want = batch_size if limit is None else min(batch_size, limit - done)
+            ids = [i for i in self.backend.ids_missing_vectors(want + len(skipped))
+                   if i not in skipped][:want]
+            if not ids:
+                break
             items = self.backend.get(ids, include_expired=True, now=now_ts())
             vectors = self.embedder.embed_documents([it.embedding_text for it in items])
             written = self.backend.write_vectors(
                 [it.id for it in items if it.id is not None], list(vectors),
                 [content_hash(it.embedding_text) for it in items])
             # An item deleted or rewritten between `get` and `write_vectors` is left alone:
-            # its writer embedded the new text itself (or wrote it without a model).
+            # its writer embedded the new text itself (or left it in the queue again).
             if written < len(ids):
                 skipped.update(ids)
             done += written
