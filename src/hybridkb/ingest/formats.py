@@ -57,6 +57,7 @@ class _Extractor(HTMLParser):
             return
         if self._in_title:
             self.title = (self.title or "") + data.strip()
+            return
         first = self.getpos()[0] - 1
         for offset, piece in enumerate(split_lines(data)):
             line = min(first + offset, len(self.lines) - 1)

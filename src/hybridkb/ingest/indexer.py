@@ -61,7 +61,7 @@ class FileChange:
     def line(self) -> str:
         parts = [f"+{self.added}" if self.added else "", f"~{self.updated}" if self.updated else "",
                  f"-{self.removed}" if self.removed else ""]
-        return f"{self.action:<8} {self.path} ({' '.join(p for p in parts if p) or 'no chunks'})"
+        return f"{self.action} {self.path} ({' '.join(p for p in parts if p) or 'no chunks'})"
 
 
 @dataclass(slots=True)

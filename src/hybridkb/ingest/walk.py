@@ -168,7 +168,7 @@ def find_files(root: Path, *, include: Iterable[str] = (), exclude: Iterable[str
                 if (entry.name in ALWAYS_SKIP or _exists(Path(entry.path) / "pyvenv.cfg")
                         or _ignored(chain, rel + "/") or (never and never.match_file(rel + "/"))):
                     continue
-                if entry.name in VENDORED_DIRS and not (only and only.match_file(rel + "/")):
+                if entry.name in VENDORED_DIRS and only is None:  # with --include, its globs decide
                     result.skipped.append(Skipped(shown(rel) + "/", "vendored folder"))
                     continue
                 if _bad_name(rel):
@@ -189,15 +189,15 @@ def _consider_file(path: Path, rel: str, chain: Sequence[_Ignore], only: GitIgno
     chosen = explicit or bool(only and only.match_file(rel))
     if only and not chosen:
         return
+    reason = None if chosen else generated_reason(path.name)
     file_type = classify(path.name) or (TEXT if chosen else None)
-    if file_type is None:
+    if file_type is None and reason is None:
         return
     if _bad_name(rel):
         result.skipped.append(Skipped(shown(rel), "file name is not valid UTF-8"))
         return
-    reason = None if chosen else generated_reason(path.name)
-    if reason:
-        result.skipped.append(Skipped(rel, reason))
+    if reason or file_type is None:
+        result.skipped.append(Skipped(rel, reason or "unknown type"))
         return
     try:
         size = path.stat().st_size
