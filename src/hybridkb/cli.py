@@ -10,7 +10,6 @@ import functools
 import json
 import os
 import sys
-import textwrap
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -20,7 +19,7 @@ import click
 
 from . import open as open_kb
 from .errors import HybridKBError, InvalidInputError
-from .model import Item, SearchResult, iso
+from .model import Hit, Item, SearchResult, iso
 from .store import KnowledgeBase
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -178,16 +177,41 @@ def import_(ctx: Context, file: Path, corpus: str | None, batch_size: int, skip_
          lambda: click.echo(f"imported {total} items" + (f", skipped {skipped}" if skipped else "")))
 
 
-def format_hits(result: SearchResult, explain: bool) -> str:
+def _where(hit: Hit, roots: dict[str, str], line: int) -> str:
+    """`path:line`, the path as the shell here reaches it (so terminals and editors can open it)."""
+    path = hit.path or ""
+    root = roots.get(hit.corpus)
+    if root:
+        full = Path(root) / path if Path(root).is_dir() else Path(root)
+        try:
+            path = os.path.relpath(full)
+        except ValueError:  # another drive (Windows)
+            path = str(full)
+        if path.startswith(".."):
+            path = str(full)
+    return f"{path}:{line}"
+
+
+def format_hits(result: SearchResult, explain: bool, *, ansi: bool = False,
+                roots: dict[str, str] | None = None) -> str:
+    """Hits as text: rank, score, label, `path:line` and the best-matching lines, terms marked."""
+    from .snippets import best_lines, highlight, query_terms, snippet
+
     if not result.hits:
         return f"no results (answered by: {result.answered_by})"
-    width = 100
+    terms = query_terms(result.query)
     lines = [f"answered by: {result.answered_by}"] + [f"note: {n}" for n in result.notes]
     for rank, hit in enumerate(result.hits, start=1):
         head = f"{rank:>3}. {hit.score:.5f}  {hit.source_label}  ({hit.id})"
         lines.append(head)
-        snippet = " ".join(hit.text.split())
-        lines.append(textwrap.indent(textwrap.shorten(snippet, width=width, placeholder=" …"), "      "))
+        if hit.path is not None and hit.start_line is not None:
+            shown = best_lines(hit.text, result.query, first_line=hit.start_line)
+            lines.append(f"      {_where(hit, roots or {}, shown.best)}")
+            width = len(str(shown.last))
+            for number, text in enumerate(shown.lines, start=shown.first):
+                lines.append(f"      {number:>{width}} │ {highlight(text, terms, ansi=ansi)}")
+        else:
+            lines.append("      " + highlight(snippet(hit.text, result.query, 100), terms, ansi=ansi))
         if hit.alternate_sources:
             alts = ", ".join(a.get("source", a["id"]) for a in hit.alternate_sources)
             lines.append(f"      also in: {alts}")
@@ -221,10 +245,13 @@ def search(ctx: Context, query: str, mode: str, limit: int, offset: int, corpora
     filters = _parse_metadata(filter_json) if filter_json else {}
     if kinds:
         filters["kind"] = list(kinds)
-    result = ctx.kb().search(query, mode=mode, limit=limit, offset=offset,
-                             corpora=list(corpora) or None, filters=filters or None,
-                             fusion=fusion, min_score=min_score, touch=touch)
-    emit(ctx, result.to_dict(explain=explain), lambda: click.echo(format_hits(result, explain)))
+    kb = ctx.kb()
+    result = kb.search(query, mode=mode, limit=limit, offset=offset,
+                       corpora=list(corpora) or None, filters=filters or None,
+                       fusion=fusion, min_score=min_score, touch=touch)
+    roots = {c: str(kb.corpus_settings(c).get("root") or "") for c in {h.corpus for h in result.hits}}
+    emit(ctx, result.to_dict(explain=explain), lambda: click.echo(
+        format_hits(result, explain, ansi=sys.stdout.isatty(), roots=roots)))
 
 
 def item_json(item: Item) -> dict[str, Any]:

@@ -207,6 +207,10 @@ class RetrieverHit:
     score: float
 
 
+def _line(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 @dataclass(slots=True)
 class Hit:
     """One search result. `score` is the final score after fusion and boosts."""
@@ -230,6 +234,22 @@ class Hit:
     def found_by(self) -> tuple[str, ...]:
         return tuple(sorted(self.retrievers))
 
+    @property
+    def path(self) -> str | None:
+        """The file a hit comes from (items written by `index`), relative to the indexed folder."""
+        value = self.metadata.get("path")
+        return value if isinstance(value, str) else None
+
+    @property
+    def start_line(self) -> int | None:
+        """The hit's first line in its file (1-based), when it comes from a file."""
+        return _line(self.metadata.get("start_line"))
+
+    @property
+    def end_line(self) -> int | None:
+        """The hit's last line in its file (1-based, inclusive)."""
+        return _line(self.metadata.get("end_line"))
+
     def to_dict(self, *, explain: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {
             "id": self.id, "corpus": self.corpus, "title": self.title, "kind": self.kind,
@@ -237,6 +257,8 @@ class Hit:
             "found_by": list(self.found_by), "text": self.text, "metadata": self.metadata,
             "created_at": iso(self.created_at),
         }
+        if self.path is not None:
+            out.update(path=self.path, start_line=self.start_line, end_line=self.end_line)
         if self.alternate_sources:
             out["alternate_sources"] = self.alternate_sources
         if explain:
