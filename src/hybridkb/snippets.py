@@ -69,7 +69,7 @@ def best_lines(text: str, query: str, *, first_line: int = 1, max_lines: int = 5
     best_i = max(range(len(lines)), key=lambda i: (len({t for _, _, t in per_line[i]}), len(per_line[i]), -i))
     if not per_line[best_i]:  # nothing matched (a vector-only hit): the chunk's start
         best_i = next((i for i, line in enumerate(lines) if line.strip()), 0)
-    best_key: tuple[int, int, float] | None = None
+    best_key: tuple[int, float, int] | None = None
     start = 0
     span = min(max_lines, len(lines))
     for s in range(max(0, best_i - span + 1), min(best_i, len(lines) - span) + 1):
