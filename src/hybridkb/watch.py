@@ -49,6 +49,9 @@ def watch_folder(
                     click.echo(change.line())
             if embedder is not None and summary.changes:
                 embedder.wake()
+    except KeyboardInterrupt:  # Ctrl-C between watchfiles' checks: a sync commits its finished files
+        pass
     finally:
+        click.echo("stopped watching", err=True)
         if embedder is not None:
             embedder.stop()
