@@ -120,7 +120,8 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(
             f"| {r['tree']} | {r['files']} | {r['chunks']} | {r['text_s']:.2f} s | {r['files_per_s']:.0f} "
             f"| {r['chunks_per_s']:.0f} | {r['first_searchable_s']:.2f} s | {r['fully_embedded_s']:.1f} s "
-            f"| {r['store_embed_per_s']:.1f} chunks/s | {r['model_alone_per_s']:.1f} chunks/s | {ratio:.2f} |")
+            f"| {r['store_embed_per_s']:.1f} chunks/s | {r['model_alone_per_s']:.1f} chunks/s "
+            f"| {ratio:.2f} |")
     return "\n".join(lines)
 
 
@@ -136,7 +137,8 @@ def update_doc(doc: Path, table: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.ingest_speed", description=__doc__.split("\n\n")[1])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.ingest_speed",
+                                description=__doc__.split("\n\n")[1])
     p.add_argument("--tree", type=Path, action="append", help="a folder to index (repeatable; "
                    "default this repository's src/ and docs/)")
     p.add_argument("--embedder", default="minilm", help="minilm (default) or hashing-DIM")

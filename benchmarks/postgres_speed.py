@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 import hybridkb
-from hybridkb.backends.base import Scope
 from hybridkb.embedding import Embedder, get_embedder
 from hybridkb.evaluation.cache import EmbeddingCache
 from hybridkb.model import Filters
+from hybridkb.storage.contract import SearchArea
 
 from .data import CORPUS, DEFAULT_DATASETS, BenchData, item_vectors, load_data, make_items
 from .measure import BenchEmbedder, clock, stats
@@ -63,7 +63,7 @@ def measure(dsn: str, n: int, data: BenchData, model: Embedder, queries: int,
                    ingest_per_s_no_hnsw=n / (ingest_s - float(batches[-1]) + typical),
                    last_batch_s=float(batches[-1]), typical_batch_s=typical,
                    hnsw_build_s=float(batches[-1]) - typical)
-        scope = Scope(corpus=CORPUS, filters=Filters(), now=time.time())
+        scope = SearchArea(corpora=(CORPUS,), filters=Filters(), now=time.time())
         plan = kb.backend.explain_vector_search(data.query_vectors[0], scope, LIMIT)
         out["hnsw_used"] = "hnsw" in plan.lower()
         out["plan"] = "\n".join(ln for ln in plan.splitlines() if "Scan" in ln)

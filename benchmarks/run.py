@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 import hybridkb
-from hybridkb.backends import sqlite_driver
 from hybridkb.embedding import Embedder, get_embedder
 from hybridkb.evaluation.cache import EmbeddingCache
+from hybridkb.storage.sqlite import driver as sqlite_driver
 
 from . import stages, whatif
 from .baselines import BM25Baseline, NumpyExact

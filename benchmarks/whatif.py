@@ -8,7 +8,7 @@ by patching, beside the unchanged path, in the same process and rounds.
   memory beside the database (bm25s over the store's title + text), the way the
   vector path keeps a matrix beside `vec0`. Its tokenizer is not FTS5's porter
   one, so this is a latency estimate, not a drop-in.
-- dedup off: `search(dedup=None)`, an existing option: the path without collapse.
+- dedup off: `search(dedup_threshold=None)`, an existing option: the path without collapse.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def measure(kb: KnowledgeBase, queries: Sequence[str], baseline_seconds: Sequenc
                 stack.enter_context(patched(kb.backend, "text_search", memory.text_search))
             start = time.perf_counter()
             if off:
-                result = kb.search(query, mode=mode, limit=limit, dedup=None)
+                result = kb.search(query, mode=mode, limit=limit, dedup_threshold=None)
             else:
                 result = kb.search(query, mode=mode, limit=limit)
             return result, time.perf_counter() - start

@@ -125,7 +125,7 @@ def check_batch(kb: KnowledgeBase, meta: dict[str, Any]) -> None:
     versions = {it.metadata["version"] for it in items}
     if len(versions) != 1:
         raise AssertionError(f"batch {prefix}b{b} seen at several versions at once: {versions}")
-    found = kb.search(token(prefix, "b", b), mode="fts", limit=size + 5, dedup=None).ids
+    found = kb.search(token(prefix, "b", b), mode="fts", limit=size + 5, dedup_threshold=None).ids
     if sorted(found) != sorted(ids):
         raise AssertionError(f"FTS sees {len(found)} of the {size} items of {prefix}b{b}")
     vectors = kb.backend.vectors_for(ids)
@@ -141,7 +141,7 @@ def run_reader(target: str, rid: str, seed: str, seconds: str) -> None:
     checks = searches = 0
     while time.monotonic() < deadline:
         mode = rng.choice(["hybrid", "fts", "vector"])
-        result = kb.search(body(rng, rng.randint(1, 4)), mode=mode, limit=10, dedup=None)
+        result = kb.search(body(rng, rng.randint(1, 4)), mode=mode, limit=10, dedup_threshold=None)
         searches += 1
         for hit in result.hits[:3]:
             check_batch(kb, hit.metadata)

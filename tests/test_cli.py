@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -71,23 +72,47 @@ def test_import_bad_lines_all_or_nothing_or_skip(run, tmp_path: Path) -> None:  
     assert (out["imported"], out["skipped"], out["embedded"]) == (1, 3, 1)
 
 
-@pytest.mark.parametrize("args", [["get", "missing"], ["search", "x", "--filter", "{bad"],
-                                  ["search", "x", "--filter", '{"colour": 1}'],
-                                  ["add", "x", "--metadata", "[1]"], ["add", "   "],
-                                  ["search", "x", "--corpus", "nope"]])
-def test_errors_are_one_line(run, args: list[str]) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("args", "message"), [
+    (["get", "missing"], "error: no item with id 'missing'"),
+    (["search", "x", "--filter", "{bad"], "error: --filter is not valid JSON"),
+    (["search", "x", "--filter", "[1]"], "error: --filter must be a JSON object"),
+    (["search", "x", "--filter", '{"colour": 1}'], "error: unknown filter field 'colour'"),
+    (["add", "x", "--metadata", "[1]"], "error: --metadata must be a JSON object"),
+    (["add", "   "], "error: item '   ': text must be a non-empty string"),
+    (["search", "x", "--corpus", "nope"], "error: unknown corpus 'nope'; known: default"),
+])
+def test_errors_are_one_line(run, args: list[str], message: str) -> None:  # type: ignore[no-untyped-def]
     run("add", "something", "--id", "s")
     result = run(*args, ok=False)
-    assert result.exit_code != 0
-    assert "Traceback" not in result.output
-    assert result.output.startswith("error:") or "Error:" in result.output
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message), result.stderr
 
 
 def test_hostile_query_cli(run) -> None:  # type: ignore[no-untyped-def]
-    run("add", "something")
+    run("add", "something", "--id", "s1")
     for q in ['"', "NEAR(", "-x", "a:b", "C++", ""]:
         out = json.loads(run("--json", "search", "--", q).stdout)
-        assert "hits" in out
+        assert out["query"] == q and out["mode"] == "hybrid"
+        assert out["answered_by"] in ("hybrid", "fts", "vector", "substring", "none")
+        assert {h["id"] for h in out["hits"]} <= {"s1"}
+    assert json.loads(run("--json", "search", "--", "").stdout)["answered_by"] == "none"
+
+
+def test_init_stats_purge_reembed_print_what_they_did(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    db = str(tmp_path / "cli.db")
+    assert run("init").output.strip() == f"store ready: {db}"
+    run("add", "short lived", "--id", "t", "--ttl", "0.001", "--corpus", "tmp")
+    run("add", "kept for good", "--id", "k", "--corpus", "main")
+    human = run("stats").output.splitlines()
+    assert human[:4] == [f"store:    {db}", "items:    2", "embedder: hashing-64@1 (64 dims)",
+                         "without vectors: 0"]
+    assert sorted(human[4:]) == ["  main: 1", "  tmp: 1"]
+    time.sleep(0.01)
+    assert run("purge").output.strip() == "purged 1 expired items"
+    assert json.loads(run("--json", "purge").stdout) == {"purged": 0}
+    assert run("reembed").output.strip().splitlines()[-1] == "embedded 0 items with hashing-64@1"
 
 
 def test_demo_on_fts_only_store(tmp_path: Path) -> None:
@@ -101,4 +126,9 @@ def test_demo_on_fts_only_store(tmp_path: Path) -> None:
 def test_every_command_has_help() -> None:
     for name, command in cli.commands.items():
         assert command.help, f"command {name} has no help"
-        assert CliRunner().invoke(cli, [name, "--help"]).exit_code == 0
+        result = CliRunner().invoke(cli, [name, "--help"])
+        assert result.exit_code == 0, result.output
+        assert result.output.startswith(f"Usage: cli {name} ") or \
+            result.output.startswith(f"Usage: cli {name}\n"), result.output
+        first = command.help.strip().splitlines()[0]
+        assert " ".join(first.split()[:4]) in " ".join(result.output.split()), (name, first)

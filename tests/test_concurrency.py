@@ -124,7 +124,7 @@ def test_threads_share_one_store(tmp_path: Path, request: pytest.FixtureRequest)
         rng = random.Random(100 + t)
         try:
             for _ in range(rounds):
-                for hit in kb.search(kb_worker.body(rng, 2), limit=5, dedup=None).hits:
+                for hit in kb.search(kb_worker.body(rng, 2), limit=5, dedup_threshold=None).hits:
                     kb_worker.check_batch(kb, hit.metadata)
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
@@ -142,7 +142,7 @@ def test_threads_share_one_store(tmp_path: Path, request: pytest.FixtureRequest)
 
 
 def test_a_writer_blocked_longer_than_the_busy_timeout_gets_a_clear_error(tmp_path: Path) -> None:
-    from hybridkb.backends import sqlite as sqlite_backend
+    from hybridkb.storage.sqlite import backend as sqlite_backend
 
     path = str(tmp_path / "busy.db")
     holder = hybridkb.open(path, embedder=HashingEmbedder(64))

@@ -117,13 +117,13 @@ def check_store(kb: KnowledgeBase, prefix: str, events: list[dict[str, Any]]) ->
     assert len(kb.backend.vectors_for(ids)) == len(ids)
     for batch, event in latest.items():
         found = kb.search(kb_worker.token(prefix, "b", batch), mode="fts", corpora="crash",
-                          limit=event["size"] + 5, dedup=None).ids
+                          limit=event["size"] + 5, dedup_threshold=None).ids
         assert sorted(found) == sorted(f"{prefix}b{batch}i{j}" for j in range(event["size"]))
     for item_id in ids[:: max(1, len(ids) // 10)]:
         batch, j = item_id.removeprefix(prefix + "b").split("i")
         tok = kb_worker.token(prefix, "b", batch, "i", j)
         assert kb.search(tok, mode="fts", corpora="crash").ids == [item_id], item_id
-        assert item_id in kb.search(kb.get(item_id).text, mode="vector", limit=5, dedup=None).ids
+        assert item_id in kb.search(kb.get(item_id).text, mode="vector", limit=5, dedup_threshold=None).ids
 
 
 def check_takes_writes(kb: KnowledgeBase, n: int) -> None:

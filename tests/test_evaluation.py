@@ -23,7 +23,7 @@ from hybridkb.cli import cli
 from hybridkb.errors import InvalidInputError
 from hybridkb.evaluation import EmbeddingCache, EvalOptions, evaluate, format_table, load, metrics, plan_runs
 from hybridkb.evaluation.runner import parse_pairs, split_values
-from hybridkb.pipeline import DEFAULT_FUSION, DEFAULT_WEIGHTS
+from hybridkb.fusion import DEFAULT_FUSION, DEFAULT_WEIGHTS
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 if not DATA.is_dir():

@@ -121,7 +121,11 @@ def search_or_documented_error(kb: KnowledgeBase, query: Any, **options: Any) ->
     except HybridKBError:
         return None
     assert isinstance(result, SearchResult)
-    assert set(result.ids) <= SEED_IDS
+    assert set(result.ids) <= SEED_IDS and len(set(result.ids)) == len(result.ids)
+    assert result.answered_by in ("hybrid", "fts", "vector", "substring", "none")
+    assert result.query == (query if isinstance(query, str) else "")
+    if result.answered_by == "none":
+        assert result.hits == []
     return result
 
 
@@ -183,7 +187,7 @@ search_options = st.fixed_dictionaries({}, optional={
     "limit": st.integers(min_value=-5, max_value=20_000), "offset": st.integers(min_value=-5, max_value=10**6),
     "rrf_k": numbers, "weights": st.lists(st.floats(allow_nan=True), max_size=3),
     "depth": st.one_of(st.none(), st.integers(min_value=-5, max_value=10**5)),
-    "dedup": st.one_of(st.none(), st.floats(allow_nan=True)),
+    "dedup_threshold": st.one_of(st.none(), st.floats(allow_nan=True)),
     "min_score": st.one_of(st.none(), st.floats(allow_nan=True)),
 })
 

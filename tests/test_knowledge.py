@@ -22,7 +22,7 @@ def test_duplicates_collapse_within_corpus_before_fusion(kb: KnowledgeBase) -> N
     assert ids.count("a1") + ids.count("a2") == 1
     survivor = result.hits[ids.index("a1" if "a1" in ids else "a2")]
     assert [a["id"] for a in survivor.alternate_sources] in (["a2"], ["a1"])
-    assert kb.search("rotate signing keys", dedup=None).ids.count("a2") == 1
+    assert kb.search("rotate signing keys", dedup_threshold=None).ids.count("a2") == 1
 
 
 def test_duplicates_collapse_across_corpora_with_labels(kb: KnowledgeBase) -> None:
@@ -69,10 +69,10 @@ def test_min_score_is_normalized(kb: KnowledgeBase) -> None:
 def test_type_weight_reorders_and_shows(kb: KnowledgeBase) -> None:
     kb.add("the build uses bazel for caching", id="note", kind="temp_note")
     kb.add("the build uses bazel for caching!", id="dec", kind="decision")
-    result = kb.search("bazel caching", dedup=None)
+    result = kb.search("bazel caching", dedup_threshold=None)
     assert result.ids[:2] == ["dec", "note"]
     assert result.hits[0].boosts["type"] == 2.0 and result.hits[1].boosts["type"] == 0.3
-    off = kb.search("bazel caching", dedup=None,
+    off = kb.search("bazel caching", dedup_threshold=None,
                     score_policy=ScorePolicy(type_weights={"decision": 1.0, "temp_note": 5.0}))
     assert off.ids[0] == "note"
 
@@ -96,7 +96,7 @@ def test_access_boost_from_touch(kb: KnowledgeBase) -> None:
     for _ in range(3):
         kb.search("jitter", touch=True, limit=1)
     assert kb.get("b").access_count == 3 and kb.get("a").access_count == 0
-    hit = next(h for h in kb.search("retry backoff", dedup=None).hits if h.id == "b")
+    hit = next(h for h in kb.search("retry backoff", dedup_threshold=None).hits if h.id == "b")
     assert hit.boosts["access"] == pytest.approx(1 + __import__("math").log(4))
 
 
@@ -122,8 +122,22 @@ def test_time_range_filters(kb: KnowledgeBase) -> None:
 def test_pagination_stable_across_pages(kb: KnowledgeBase) -> None:
     kb.add_many([{"text": f"paged result about widgets number {i}", "id": f"w{i:02d}"}
                  for i in range(35)])
-    full = kb.search("widgets", limit=35, dedup=None).ids
+    full = kb.search("widgets", limit=35, dedup_threshold=None).ids
     pages: list[str] = []
     for offset in range(0, 35, 10):
-        pages.extend(kb.search("widgets", limit=10, offset=offset, dedup=None).ids)
+        pages.extend(kb.search("widgets", limit=10, offset=offset, dedup_threshold=None).ids)
     assert pages == full and len(set(pages)) == 35
+
+
+def test_deprecated_search_keywords_warn_and_keep_working(kb: KnowledgeBase) -> None:
+    text = "Rotate the signing keys every ninety days"
+    kb.add(text, id="a1")
+    kb.add(text + ".", id="a2")
+    with pytest.warns(DeprecationWarning, match="dedup_threshold"):
+        old_off = kb.search("rotate signing keys", dedup=None, score_policy=POLICY_OFF).ids
+    assert sorted(old_off) == ["a1", "a2"]  # dedup=None still turns the collapse off
+    assert old_off == kb.search("rotate signing keys", dedup_threshold=None,
+                                score_policy=POLICY_OFF).ids
+    with pytest.warns(DeprecationWarning, match="explain"):
+        explained = kb.search("rotate signing keys", explain=True)
+    assert len(explained.hits) == 1 and explained.hits[0].retrievers  # explanations are always on

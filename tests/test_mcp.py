@@ -28,9 +28,9 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
-from hybridkb import mcp_server
+from hybridkb import mcp as mcp_server
 from hybridkb.cli import cli
-from hybridkb.mcp_server import build_server, check_http_binding, snippet
+from hybridkb.mcp import build_server, check_http_binding, snippet
 
 ALL_TOOLS = {"search", "recall", "get", "list_corpora", "remember", "forget"}
 READ_TOOLS = {"search", "recall", "get", "list_corpora"}
@@ -286,8 +286,9 @@ def test_serve_without_mcp_says_how_to_install(monkeypatch: pytest.MonkeyPatch,
                                                  tmp_path: Path) -> None:
     for name in [m for m in sys.modules if m == "mcp" or m.startswith("mcp.")]:
         monkeypatch.setitem(sys.modules, name, None)  # as if mcp were not installed
-    monkeypatch.delitem(sys.modules, "hybridkb.mcp_server")
-    monkeypatch.delattr(hybridkb, "mcp_server")
+    for name in [m for m in sys.modules if m.startswith("hybridkb.mcp")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.delattr(hybridkb, "mcp")
     result = CliRunner().invoke(cli, ["--db", str(tmp_path / "kb.db"), "--no-embedder", "serve"])
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [
@@ -477,6 +478,13 @@ async def test_http_requires_the_token(http_server: tuple[str, Path]) -> None:
     assert {c["name"]: c["count"] for c in listed["corpora"]}["memory"] == 1  # no intruder
     with hybridkb.open(path, embedder=HashingEmbedder(64)) as kb:
         assert kb.get(made["id"]).text == "Rotate the token monthly"
+
+
+def test_old_module_path_still_works_and_warns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "hybridkb.mcp_server", raising=False)
+    with pytest.warns(DeprecationWarning, match="hybridkb.mcp instead"):
+        import hybridkb.mcp_server as old
+    assert old.build_server is build_server and old.snippet is snippet
 
 
 def test_server_module_never_prints(capsys: pytest.CaptureFixture[str],

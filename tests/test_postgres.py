@@ -24,10 +24,10 @@ import pytest
 
 import hybridkb
 from hybridkb import BackendUnavailableError, HashingEmbedder, KnowledgeBase
-from hybridkb.backends import migrations
-from hybridkb.backends import postgres as pg
-from hybridkb.backends.base import Scope
 from hybridkb.model import parse_filters
+from hybridkb.storage import migrations
+from hybridkb.storage.contract import SearchArea
+from hybridkb.storage.postgres import backend as pg
 from hybridkb.textquery import parse as parse_query
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -39,8 +39,8 @@ WORDS = ("alpha beta gamma delta epsilon zeta theta kappa lambda sigma omega riv
          "market ledger kernel socket thread cache index vector billing deploy migrate").split()
 
 
-def scope(corpus: str = "default", **filters: Any) -> Scope:
-    return Scope(corpus=corpus, filters=parse_filters(filters), now=time.time())
+def scope(corpus: str = "default", **filters: Any) -> SearchArea:
+    return SearchArea(corpora=(corpus,), filters=parse_filters(filters), now=time.time())
 
 
 def sql(url: str, statement: str, params: Any = None) -> list[Any]:
@@ -134,7 +134,7 @@ def test_fts_top_results_overlap_with_sqlite(pair: tuple[KnowledgeBase, Knowledg
     fill_both(pair, [{"id": d.id, "title": d.title, "text": d.text} for d in data.corpus[:500]])
     overlaps, same_top = [], []
     for query in data.queries[:50]:
-        a, b = (kb.search(query.text, mode="fts", limit=10, dedup=None).ids for kb in pair)
+        a, b = (kb.search(query.text, mode="fts", limit=10, dedup_threshold=None).ids for kb in pair)
         if a or b:
             overlaps.append(len(set(a) & set(b)) / max(len(a), len(b)))
             same_top.append(a[:1] == b[:1])
@@ -455,14 +455,14 @@ def test_a_connection_killed_mid_write_is_a_clear_error_and_the_pool_recovers(pg
 
 
 def test_missing_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    import hybridkb.backends as backends
+    import hybridkb.storage.postgres as dialect
 
     for name in ("psycopg", "psycopg_pool", "pgvector.psycopg"):
         monkeypatch.setitem(sys.modules, name, None)  # `import name` now raises ImportError
-    for name in ("hybridkb.backends.postgres", "hybridkb.backends.postgres_sql"):
+    for name in ("hybridkb.storage.postgres.backend", "hybridkb.storage.postgres.sql"):
         monkeypatch.delitem(sys.modules, name)  # imported afresh below, restored afterwards
-    monkeypatch.setattr(backends, "postgres", pg)
-    monkeypatch.setattr(backends, "postgres_sql", pg.q)
+    monkeypatch.setattr(dialect, "backend", pg)
+    monkeypatch.setattr(dialect, "sql", pg.q)
     with pytest.raises(BackendUnavailableError, match=r"pip install 'hybridkb\[postgres\]'"):
         hybridkb.open("postgresql://nobody@127.0.0.1:1/none", embedder=None)
 

@@ -91,7 +91,7 @@ def results_of(kb: KnowledgeBase) -> list[list[tuple[str, str, float]]]:
 
 
 def vector_results_of(kb: KnowledgeBase) -> list[list[str]]:
-    return [kb.search(q, mode="vector", limit=8, dedup=None).ids for q in QUERIES]
+    return [kb.search(q, mode="vector", limit=8, dedup_threshold=None).ids for q in QUERIES]
 
 
 def assert_same_store(a: KnowledgeBase, b: KnowledgeBase, *, vectors: bool = True) -> None:

@@ -91,9 +91,14 @@ def test_limit_and_offset_pages_never_repeat(filled: KnowledgeBase) -> None:
 @pytest.mark.parametrize("query", ["", "   ", '"', "NEAR(", "-x", "a:b", "C++", "🎉", "日本語",
                                    "x" * 100_000, "'; DROP TABLE items; --", "\x00\x01\x02"])
 def test_hostile_queries_return_cleanly(filled: KnowledgeBase, query: str) -> None:
+    known = {it.id for it in filled.iter_items()}
     for mode in ("hybrid", "fts", "vector"):
         result = filled.search(query, mode=mode)
-        assert isinstance(result.hits, list)
+        assert result.mode == mode and result.query == query
+        assert set(result.ids) <= known and len(result.hits) <= 10
+        assert result.answered_by in ("hybrid", "fts", "vector", "substring", "none")
+        if not query.strip():
+            assert result.hits == [] and result.answered_by == "none"
     assert filled.count() == len(NOTES)
 
 
@@ -140,7 +145,7 @@ def test_unknown_corpus_is_error(filled: KnowledgeBase) -> None:
 
 @pytest.mark.parametrize("options", [{"mode": "fuzzy"}, {"limit": 0}, {"limit": -1}, {"offset": -1},
                                      {"fusion": "magic"}, {"rrf_k": 0}, {"weights": [1.0]},
-                                     {"min_score": 2.0}, {"dedup": 1.5}])
+                                     {"min_score": 2.0}, {"dedup_threshold": 1.5}])
 def test_bad_options_are_clear_errors(filled: KnowledgeBase, options: dict) -> None:  # type: ignore[type-arg]
     with pytest.raises(InvalidInputError):
         filled.search("billing", **options)
@@ -190,9 +195,9 @@ def test_caller_vector_is_used(kb: KnowledgeBase) -> None:
 
 
 def _scope(kb: KnowledgeBase):  # type: ignore[no-untyped-def]
-    from hybridkb.backends.base import Scope
+    from hybridkb.storage.contract import SearchArea
 
-    return Scope(corpus="default", filters=hybridkb.Filters(), now=time.time())
+    return SearchArea(corpora=("default",), filters=hybridkb.Filters(), now=time.time())
 
 
 @pytest.mark.parametrize("bad", [{"text": ""}, {"text": "   "}, {"text": 5}, {"text": "x", "id": ""},

@@ -3,7 +3,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hybridkb import textquery
-from hybridkb.backends import sqlite_driver
+from hybridkb.storage.sqlite import driver as sqlite_driver
 
 HOSTILE = ['"', "AND", "*", "-foo", "foo-bar", "a:b", "NEAR(", "C++", "node.js", "", "   ",
            'say "hello', "OR OR", "NOT x", "^start", "col:term", "(a OR b", "\x00\x01",

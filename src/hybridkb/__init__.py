@@ -23,7 +23,7 @@ from .errors import (
     NotFoundError,
     StoreError,
 )
-from .model import Filters, Hit, Item, RetrieverHit, SearchResult
+from .model import Filters, Hit, Item, RetrieverHit, SearchResult, StoredItem
 from .scoring import ScorePolicy
 from .store import KnowledgeBase
 
@@ -33,7 +33,7 @@ __all__ = [
     "BackendUnavailableError", "DimensionMismatchError", "Embedder", "EmbedderMismatchError",
     "Filters", "HashingEmbedder", "Hit", "HybridKBError", "InvalidFilterError", "InvalidInputError",
     "Item", "KnowledgeBase", "MiniLMEmbedder", "NotFoundError", "RetrieverHit", "ScorePolicy",
-    "SearchResult", "StoreError", "open",
+    "SearchResult", "StoreError", "StoredItem", "open",
 ]
 
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -53,11 +53,11 @@ def open(
     model = get_embedder(embedder)
     location = str(target)
     if location.startswith(_POSTGRES_SCHEMES):
-        from .backends.postgres import open_postgres
+        from .storage.postgres.backend import open_postgres
 
         backend: Any = open_postgres(location, **backend_options)
     else:
-        from .backends.sqlite import open_sqlite
+        from .storage.sqlite.backend import open_sqlite
 
         backend = open_sqlite(location, **backend_options)
     try:

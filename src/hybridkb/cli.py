@@ -19,7 +19,8 @@ import click
 
 from . import open as open_kb
 from .errors import HybridKBError, InvalidInputError
-from .model import Hit, Item, SearchResult, iso
+from .fusion import FUSIONS
+from .model import MODES, Hit, Item, SearchResult, iso
 from .store import KnowledgeBase
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -106,18 +107,18 @@ pass_ctx = click.make_pass_decorator(Context)
 def init(ctx: Context) -> None:
     """Create the store (if missing) and record the embedding model."""
     kb = ctx.kb()
-    emit(ctx, kb.stats(), lambda: click.echo(f"store ready: {kb.backend.url}"))
+    emit(ctx, kb.stats(), lambda: click.echo(f"store ready: {kb.target}"))
 
 
-def _parse_metadata(raw: str | None) -> dict[str, Any]:
+def _parse_json_object(raw: str | None, option: str) -> dict[str, Any]:
     if not raw:
         return {}
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise InvalidInputError(f"--metadata is not valid JSON: {exc}") from exc
+        raise InvalidInputError(f"{option} is not valid JSON: {exc}") from exc
     if not isinstance(value, dict):
-        raise InvalidInputError("--metadata must be a JSON object")
+        raise InvalidInputError(f"{option} must be a JSON object")
     return value
 
 
@@ -142,7 +143,7 @@ def add(ctx: Context, /, text: str, item_id: str | None, metadata: str | None, r
     kb = ctx.kb()
     data = {k: v for k, v in fields.items() if v is not None}
     write = kb.upsert if replace else kb.add
-    new_id = write(text, id=item_id, metadata=_parse_metadata(metadata), **data)
+    new_id = write(text, id=item_id, metadata=_parse_json_object(metadata, "--metadata"), **data)
     emit(ctx, {"id": new_id}, lambda: click.echo(new_id))
 
 
@@ -225,14 +226,14 @@ def format_hits(result: SearchResult, explain: bool, *, ansi: bool = False,
 
 @cli.command()
 @click.argument("query")
-@click.option("--mode", type=click.Choice(["hybrid", "fts", "vector"]), default="hybrid",
+@click.option("--mode", type=click.Choice(MODES), default="hybrid",
               show_default=True)
 @click.option("--limit", default=10, show_default=True)
 @click.option("--offset", default=0, show_default=True)
 @click.option("--corpus", "corpora", multiple=True, help="Search this corpus (repeatable).")
 @click.option("--kind", "kinds", multiple=True, help="Only items of this kind (repeatable).")
 @click.option("--filter", "filter_json", help='Filters as JSON, e.g. {"metadata": {"team": "x"}}.')
-@click.option("--fusion", type=click.Choice(["rrf", "convex", "dbsf"]), default=None)
+@click.option("--fusion", type=click.Choice(FUSIONS), default=None)
 @click.option("--min-score", type=float, help="Drop hits whose normalized fused score is lower.")
 @click.option("--explain", is_flag=True, help="Show ranks, raw scores, fusion and boosts per hit.")
 @click.option("--touch", is_flag=True, help="Count returned hits as accessed.")
@@ -242,7 +243,7 @@ def search(ctx: Context, query: str, mode: str, limit: int, offset: int, corpora
            kinds: tuple[str, ...], filter_json: str | None, fusion: str | None,
            min_score: float | None, explain: bool, touch: bool) -> None:
     """Search the store."""
-    filters = _parse_metadata(filter_json) if filter_json else {}
+    filters = _parse_json_object(filter_json, "--filter")
     if kinds:
         filters["kind"] = list(kinds)
     kb = ctx.kb()
@@ -356,7 +357,7 @@ def demo(ctx: Context, query: str, limit: int) -> None:
         items = [json.loads(line) for line in sample.read_text("utf-8").splitlines() if line.strip()]
         kb.upsert_many(items)
         if not ctx.as_json:
-            click.echo(f"loaded {len(items)} sample notes into {kb.backend.url}", err=True)
+            click.echo(f"loaded {len(items)} sample notes into {kb.target}", err=True)
     result = kb.search(query, limit=limit, corpora=["hybridkb-notes"])
     emit(ctx, result.to_dict(), lambda: click.echo(f"query: {query}\n{format_hits(result, False)}"))
 
@@ -450,7 +451,7 @@ def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None,
     else waiting for a vector) unless --sync-embed.
     """
     try:
-        from . import mcp_server
+        from . import mcp as mcp_server
     except ImportError as exc:
         if (exc.name or "").split(".")[0] not in ("mcp", "pydantic", "starlette", "anyio"):
             raise

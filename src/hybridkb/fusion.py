@@ -13,6 +13,11 @@ from .errors import InvalidInputError
 
 RRF_K = 60  # Cormack, Clarke & Büttcher (2009): k = 60, ranks 1-based.
 
+# The search defaults (fusion, and weights for fts and vector), chosen by the evaluation
+# harness: see docs/benchmarks.md for the measurements behind them.
+DEFAULT_FUSION = "dbsf"
+DEFAULT_WEIGHTS = (0.6, 0.4)
+
 Ranked = Sequence[str]
 Scored = Sequence[tuple[str, float]]
 Fused = list[tuple[str, float]]

@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from .errors import InvalidFilterError
 
+# The search modes, defined once: the pipeline validates against MODES, the CLI offers
+# them as choices, the MCP tool schema lists them through `Mode`.
 Mode = Literal["hybrid", "fts", "vector"]
-MODES: tuple[str, ...] = ("hybrid", "fts", "vector")
+MODES: tuple[str, ...] = get_args(Mode)
 
 
 def now_ts() -> float:
@@ -99,6 +101,18 @@ class Item:
     def embedding_text(self) -> str:
         """What the embedder reads: title and text, as BEIR's dense baselines do."""
         return f"{self.title} {self.text}" if self.title else self.text
+
+
+@dataclass(slots=True, eq=False)
+class StoredItem(Item):
+    """An item as the store returns it: its id is always set."""
+
+    id: str  # narrowed from Item's `str | None`
+
+    def __eq__(self, other: object) -> bool:  # equal to an Item with the same fields
+        if not isinstance(other, Item):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(Item))
 
 
 ITEM_FIELDS = frozenset(f.name for f in fields(Item))

@@ -15,11 +15,11 @@ from . import dedup, textquery
 from . import fusion as fusion_lib
 
 __all__ = ["DEFAULT_FUSION", "DEFAULT_WEIGHTS", "SearchPlan", "dedup", "fusion_lib", "run"]
-from .backends.base import Backend, Scope, ScoredIds, Vector
 from .errors import InvalidInputError
 from .labels import source_label
-from .model import Filters, Hit, Item, RetrieverHit, SearchResult
+from .model import MODES, Filters, Hit, RetrieverHit, SearchResult, StoredItem
 from .scoring import ScorePolicy, apply
+from .storage.contract import Backend, ScoredIds, SearchArea, Vector
 
 # Each retriever returns max(MIN_DEPTH, offset + limit) candidates. A depth that does
 # not grow with `limit` keeps score-aware fusions (whose normalization depends on the
@@ -37,10 +37,9 @@ def _heads(plan: SearchPlan) -> tuple[int, int]:
     wanted = plan.offset + plan.limit
     return max(DEDUP_HEAD, 2 * wanted), max(POOL, 3 * wanted)
 
-# The default fusion and weights (fts, vector), chosen by the evaluation harness:
-# see docs/benchmarks.md for the measurements behind them.
-DEFAULT_FUSION = "dbsf"
-DEFAULT_WEIGHTS = (0.6, 0.4)
+# The search defaults live in `fusion` (pure); re-exported here for the plan.
+DEFAULT_FUSION = fusion_lib.DEFAULT_FUSION
+DEFAULT_WEIGHTS = fusion_lib.DEFAULT_WEIGHTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +48,6 @@ class SearchPlan:
     mode: str = "hybrid"
     limit: int = 10
     offset: int = 0
-    corpora: tuple[str, ...] | None = None
     filters: Filters = field(default_factory=Filters)
     fusion: str = DEFAULT_FUSION
     weights: tuple[float, float] = DEFAULT_WEIGHTS
@@ -62,7 +60,7 @@ class SearchPlan:
     max_terms: int = textquery.MAX_TERMS
 
     def validate(self) -> None:
-        if self.mode not in ("hybrid", "fts", "vector"):
+        if self.mode not in MODES:
             raise InvalidInputError(f"unknown mode {self.mode!r}; use hybrid, fts or vector")
         if self.fusion not in fusion_lib.FUSIONS:
             raise InvalidInputError(
@@ -120,24 +118,24 @@ def run(
     depth = plan.candidate_depth
     lists: dict[str, dict[str, ScoredIds]] = {}
     for corpus in corpora:
-        scope = Scope(corpus=corpus, filters=plan.filters, now=now)
+        area = SearchArea(corpora=(corpus,), filters=plan.filters, now=now)
         per: dict[str, ScoredIds] = {}
         if use_fts:
-            per["fts"] = backend.text_search(text_query, scope, depth)
+            per["fts"] = backend.text_search(text_query, area, depth)
         if qvec is not None:
-            per["vector"] = backend.vector_search(qvec, scope, depth)
+            per["vector"] = backend.vector_search(qvec, area, depth)
         lists[corpus] = per
 
     answered = _answered_by(lists)
     if answered == "none" and plan.mode == "hybrid":
         words = textquery.plain_words(plan.query)
         for corpus in corpora:
-            scope = Scope(corpus=corpus, filters=plan.filters, now=now)
-            lists[corpus] = {"substring": backend.substring_search(words, scope, depth)}
+            area = SearchArea(corpora=(corpus,), filters=plan.filters, now=now)
+            lists[corpus] = {"substring": backend.substring_search(words, area, depth)}
         answered = "substring" if any(lists[c]["substring"] for c in corpora) else "none"
 
     head, pool = _heads(plan)
-    items: dict[str, Item] = {}
+    items: dict[str, StoredItem] = {}
     _fetch(backend, items, {d for per in lists.values() for sc in per.values() for d, _ in sc[:head]},
            now)
 
@@ -182,12 +180,11 @@ def run(
                         notes=result_notes)
 
 
-def _fetch(backend: Backend, items: dict[str, Item], ids: set[str], now: float) -> None:
+def _fetch(backend: Backend, items: dict[str, StoredItem], ids: set[str], now: float) -> None:
     """Read the items not read yet (one query); ids that no longer exist stay absent."""
     missing = sorted(ids.difference(items))
     if missing:
-        items.update((it.id, it) for it in backend.get(missing, include_expired=True, now=now)
-                     if it.id is not None)
+        items.update((it.id, it) for it in backend.get(missing, include_expired=True, now=now))
 
 
 def _answered_by(lists: dict[str, dict[str, ScoredIds]]) -> str:
@@ -200,7 +197,7 @@ def _answered_by(lists: dict[str, dict[str, ScoredIds]]) -> str:
 
 
 def _fuse_corpus(
-    plan: SearchPlan, per: dict[str, ScoredIds], items: dict[str, Item],
+    plan: SearchPlan, per: dict[str, ScoredIds], items: dict[str, StoredItem],
     vectors: dict[str, Vector], candidates: dict[str, _Candidate], corpus: str,
     best: dict[str, float],
 ) -> list[str]:
@@ -234,7 +231,7 @@ def _fuse_corpus(
 
 
 def _collapse(
-    plan: SearchPlan, order: list[str], items: dict[str, Item], vectors: dict[str, Vector],
+    plan: SearchPlan, order: list[str], items: dict[str, StoredItem], vectors: dict[str, Vector],
 ) -> tuple[list[str], dict[str, list[str]]]:
     """Near-duplicate collapse by token Jaccard and, when asked, by vector cosine."""
     absorbed: dict[str, list[str]] = {}
@@ -249,14 +246,14 @@ def _collapse(
     return order, absorbed
 
 
-def _score(cand: _Candidate, item: Item, policy: ScorePolicy, now: float) -> float:
+def _score(cand: _Candidate, item: StoredItem, policy: ScorePolicy, now: float) -> float:
     """The final score, as `_hit` computes it."""
     return apply(cand.fused, policy.factors(kind=item.kind, access_count=item.access_count,
                                             created_at=item.created_at, now=now))
 
 
 def _hit(
-    doc: str, cand: _Candidate, items: dict[str, Item], policy: ScorePolicy, now: float,
+    doc: str, cand: _Candidate, items: dict[str, StoredItem], policy: ScorePolicy, now: float,
     labels: dict[str, str],
 ) -> Hit:
     item = items[doc]
@@ -272,6 +269,6 @@ def _hit(
     )
 
 
-def _label(item: Item, labels: dict[str, str]) -> str:
-    return source_label(corpus=item.corpus, kind=item.kind, title=item.title, item_id=item.id or "",
+def _label(item: StoredItem, labels: dict[str, str]) -> str:
+    return source_label(corpus=item.corpus, kind=item.kind, title=item.title, item_id=item.id,
                         metadata=item.metadata, template=labels.get(item.corpus))

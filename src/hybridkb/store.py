@@ -2,45 +2,43 @@
 
 from __future__ import annotations
 
-import collections
 import json
-import math
-import re
-import string
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace as dc_replace
 from datetime import timedelta
 from typing import Any
 
-import numpy as np
-
-from . import pipeline
-from .backends.base import Backend, Vector
+from . import pipeline, validation
 from .embedding import Embedder, content_hash
 from .errors import (
-    DimensionMismatchError,
     EmbedderMismatchError,
     InvalidInputError,
     NotFoundError,
 )
 from .model import (
-    INT64_MAX,
     ITEM_FIELDS,
     Filters,
     Item,
     SearchResult,
+    StoredItem,
     now_ts,
     parse_filters,
-    storable_text_problem,
     to_ts,
     valid_ts,
 )
 from .scoring import ScorePolicy
+from .storage import codec
+from .storage.contract import Backend, Vector
+from .storage.records import (
+    META_EMBEDDER,
+    META_EMBEDDER_NAME,
+    META_EMBEDDER_VERSION,
+    META_LABEL_TEMPLATES,
+    META_PENDING_EMBEDDER,
+)
 
-MAX_TEXT_CHARS = 1_000_000
-MAX_ID_CHARS = 512
-_NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,128}$")
 MEMORY_CORPUS = "memory"
 
 Progress = Callable[[int], None]
@@ -48,69 +46,11 @@ EMBED_MODES = ("sync", "defer")
 CORPUS_SETTINGS = "corpus_settings:"  # meta key prefix: one JSON object per corpus
 EMBED_BATCH = 256  # items per embedding transaction when draining the queue
 
-
-def _check_name(kind: str, value: object) -> str:
-    if not isinstance(value, str) or not _NAME.match(value) or not value.strip():
-        raise InvalidInputError(
-            f"{kind} must be a non-empty string of at most 128 printable characters: {value!r}")
-    return value
+_UNSET: Any = object()  # tells a deprecated keyword that was not given from one given as None
 
 
-MAX_METADATA_DEPTH = 32
-
-
-def _check_metadata(metadata: object) -> None:
-    """A JSON object with string keys whose strings every backend can store."""
-    if not isinstance(metadata, dict):
-        raise InvalidInputError("metadata must be a JSON object")
-    stack: list[tuple[object, int]] = [(metadata, 0)]
-    while stack:
-        value, depth = stack.pop()
-        if depth > MAX_METADATA_DEPTH:
-            raise InvalidInputError(f"metadata nests deeper than {MAX_METADATA_DEPTH} levels")
-        if isinstance(value, dict):
-            for key, inner in value.items():
-                if not isinstance(key, str):
-                    raise InvalidInputError(f"metadata keys must be strings, not {key!r:.40}")
-                if problem := storable_text_problem(key):
-                    raise InvalidInputError(f"metadata key {key!r:.40} {problem}")
-                stack.append((inner, depth + 1))
-        elif isinstance(value, list | tuple):
-            stack.extend((inner, depth + 1) for inner in value)
-        elif isinstance(value, str):
-            if problem := storable_text_problem(value):
-                raise InvalidInputError(f"metadata value {value!r:.40} {problem}")
-        elif isinstance(value, float):
-            if not math.isfinite(value):
-                raise InvalidInputError(f"metadata holds {value!r}, which JSON cannot represent")
-        elif value is not None and not isinstance(value, bool | int):
-            raise InvalidInputError(f"metadata is not JSON-serializable: {type(value).__name__} value")
-
-
-def _label(data: Mapping[str, Any]) -> object:
-    """How an error names an item: its id, else the start of its text."""
-    if data.get("id") is not None:
-        return data["id"]
-    text = data.get("text")
-    return text[:40] if isinstance(text, str) else "?"
-
-
-def _lookup_ids(ids: Sequence[str]) -> list[str]:
-    """The ids worth asking a backend for: an id no item can have is simply not found."""
-    if isinstance(ids, str):
-        raise InvalidInputError("ids must be a list of strings, not one string")
-    return [i for i in ids if isinstance(i, str) and i and len(i) <= MAX_ID_CHARS
-            and storable_text_problem(i) is None]
-
-
-def _ttl_seconds(ttl: float | timedelta | None) -> float | None:
-    if ttl is None:
-        return None
-    seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else ttl
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds) \
-            or seconds <= 0:
-        raise InvalidInputError(f"ttl must be a positive number of seconds, got {ttl!r}")
-    return float(seconds)
+def _deprecated(message: str) -> None:
+    warnings.warn(message, DeprecationWarning, stacklevel=3)
 
 
 class KnowledgeBase:
@@ -134,24 +74,24 @@ class KnowledgeBase:
     def _check_embedder(self) -> None:
         if self.embedder is None:
             return
-        if self.backend.get_meta("embedder") is None \
+        if self.backend.get_meta(META_EMBEDDER) is None \
                 and self.backend.vector_dim() in (None, self.embedder.dim):
             self.backend.ensure_vector_storage(self.embedder.dim)
-            self.backend.set_meta("embedder", self.embedder.model_id)
+            self.backend.set_meta(META_EMBEDDER, self.embedder.model_id)
             self._record_model()
         self._refresh_vector_problem()
 
     def _record_model(self) -> None:
         """Name and version beside the model id (the backend records `vector_dim`)."""
         assert self.embedder is not None
-        self.backend.set_meta("embedder_name", self.embedder.name)
-        self.backend.set_meta("embedder_version", str(self.embedder.version))
+        self.backend.set_meta(META_EMBEDDER_NAME, self.embedder.name)
+        self.backend.set_meta(META_EMBEDDER_VERSION, str(self.embedder.version))
 
     def _refresh_vector_problem(self) -> None:
         """Compare the recorded model with ours; another process may have re-embedded the store."""
         if self.embedder is None:
             return
-        recorded = self.backend.get_meta("embedder")
+        recorded = self.backend.get_meta(META_EMBEDDER)
         current = self.embedder.model_id
         if recorded is None:  # vectors written by callers, without a model
             dim = self.backend.vector_dim()
@@ -159,7 +99,7 @@ class KnowledgeBase:
         if recorded is None or recorded == current:
             self._vector_problem = None
             return
-        if self.backend.get_meta("pending_embedder") == current:
+        if self.backend.get_meta(META_PENDING_EMBEDDER) == current:
             fix = f"run `hybridkb reembed` to finish switching it to {current!r}"
         else:
             fix = f"run `hybridkb reembed` to switch it to {current!r}"
@@ -186,7 +126,7 @@ class KnowledgeBase:
 
     @property
     def embedder_name(self) -> str | None:
-        return self.backend.get_meta("embedder")
+        return self.backend.get_meta(META_EMBEDDER)
 
     @property
     def has_vectors(self) -> bool:
@@ -268,22 +208,23 @@ class KnowledgeBase:
                     try:
                         data[key] = to_ts(data[key])
                     except InvalidInputError as exc:
-                        raise InvalidInputError(f"item {_label(data)!r}: {key}: {exc}") from exc
+                        label = validation.item_label(data)
+                        raise InvalidInputError(f"item {label!r}: {key}: {exc}") from exc
             if "text" not in data:
                 raise InvalidInputError("an item needs a text")
             item = Item(**data)
         else:
             raise InvalidInputError(f"an item is an Item or a dict, not {type(raw).__name__}")
-        label = _label(item.to_dict())
+        label = validation.item_label(item.to_dict())
         try:
-            self._validate(item)
+            validation.check_item(item)
         except InvalidInputError as exc:
             raise InvalidInputError(f"item {label!r}: {exc}") from exc
         if item.id is None:
             item.id = uuid.uuid4().hex
         item.created_at = item.created_at if item.created_at is not None else now
         item.updated_at = now if item.updated_at is None else item.updated_at
-        seconds = _ttl_seconds(ttl)
+        seconds = validation.ttl_seconds(ttl)
         if seconds is not None:
             item.expires_at = now + seconds
             if not valid_ts(item.expires_at):
@@ -293,57 +234,11 @@ class KnowledgeBase:
             vec = self._check_vector(vector, item.id)
         return item, vec
 
-    def _validate(self, item: Item) -> None:
-        if not isinstance(item.text, str) or not item.text.strip():
-            raise InvalidInputError("text must be a non-empty string")
-        if len(item.text) > MAX_TEXT_CHARS:
-            raise InvalidInputError(f"text has {len(item.text)} characters; the limit is {MAX_TEXT_CHARS}")
-        if problem := storable_text_problem(item.text):
-            raise InvalidInputError(f"text {problem}")
-        if item.id is not None and (not isinstance(item.id, str) or not item.id
-                                    or len(item.id) > MAX_ID_CHARS):
-            raise InvalidInputError(f"id must be a non-empty string of at most {MAX_ID_CHARS} characters")
-        _check_name("corpus", item.corpus)
-        for name in ("id", "corpus", "title", "kind", "scope", "repo", "namespace", "source_url"):
-            value = getattr(item, name)
-            if value is None:
-                continue
-            if not isinstance(value, str):
-                raise InvalidInputError(f"{name} must be a string")
-            if problem := storable_text_problem(value):
-                raise InvalidInputError(f"{name} {problem}")
-        _check_metadata(item.metadata)
-        for name in ("created_at", "updated_at", "expires_at", "last_accessed_at"):
-            value = getattr(item, name)
-            if value is not None and not valid_ts(value):
-                raise InvalidInputError(f"{name} must be a finite timestamp of years 1 to 9999")
-        if isinstance(item.access_count, bool) or not isinstance(item.access_count, int) \
-                or not 0 <= item.access_count <= INT64_MAX:
-            raise InvalidInputError("access_count must be an integer >= 0")
-        if not isinstance(item.stale, bool):
-            raise InvalidInputError("stale must be true or false")
-
     def _check_vector(self, vector: Any, item_id: str | None) -> Vector:
-        try:
-            vec = np.asarray(vector, dtype=np.float32)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise InvalidInputError(f"item {item_id!r}: vector is not a list of numbers") from exc
-        if vec.ndim == 2 and vec.shape[0] == 1:  # one row of a batch, as embedders return it
-            vec = vec[0]
-        if vec.ndim != 1:
-            raise InvalidInputError(f"item {item_id!r}: vector is not a flat list of numbers")
         dim = self.backend.vector_dim()
         if dim is None and self.embedder is not None:
             dim = self.embedder.dim
-        if dim is not None and vec.size != dim:
-            raise DimensionMismatchError(
-                f"item {item_id!r}: vector has {vec.size} dimensions, the store uses {dim}")
-        if not np.all(np.isfinite(vec)):
-            raise InvalidInputError(f"item {item_id!r}: vector has NaN or infinite values")
-        norm = float(np.linalg.norm(vec))
-        if norm == 0.0:
-            raise InvalidInputError(f"item {item_id!r}: vector is all zeros")
-        return vec / norm
+        return codec.normalized(vector, dim, label=f"item {item_id!r}")
 
     def _write_batch(self, batch: list[tuple[Item, Vector | None]], replace: bool,
                      defer: bool = False) -> list[str]:
@@ -378,7 +273,7 @@ class KnowledgeBase:
         return self.delete_many([item_id]) > 0
 
     def delete_many(self, ids: Sequence[str]) -> int:
-        return self.backend.delete(_lookup_ids(ids))
+        return self.backend.delete(validation.lookup_ids(ids))
 
     def purge_expired(self) -> int:
         """Delete every expired item; returns how many."""
@@ -386,15 +281,16 @@ class KnowledgeBase:
 
     # -- reads ------------------------------------------------------------------------------
 
-    def get(self, item_id: str, *, include_expired: bool = False) -> Item:
-        found = self.backend.get(_lookup_ids([item_id]), include_expired=include_expired, now=now_ts())
+    def get(self, item_id: str, *, include_expired: bool = False) -> StoredItem:
+        found = self.backend.get(validation.lookup_ids([item_id]), include_expired=include_expired,
+                                 now=now_ts())
         if not found:
             raise NotFoundError(f"no item with id {item_id!r}")
         return found[0]
 
-    def get_many(self, ids: Sequence[str], *, include_expired: bool = False) -> list[Item]:
+    def get_many(self, ids: Sequence[str], *, include_expired: bool = False) -> list[StoredItem]:
         """The items that exist, in the order asked; missing ids are skipped."""
-        return self.backend.get(_lookup_ids(ids), include_expired=include_expired, now=now_ts())
+        return self.backend.get(validation.lookup_ids(ids), include_expired=include_expired, now=now_ts())
 
     def count(self, corpus: str | None = None) -> int:
         return self.backend.count(corpus)
@@ -403,20 +299,55 @@ class KnowledgeBase:
         """Corpus name -> number of items."""
         return self.backend.corpora()
 
-    def iter_items(self) -> Iterator[Item]:
-        for batch in self.backend.iter_items():
+    def iter_items(self, *, batch_size: int = 500) -> Iterator[StoredItem]:
+        """Every item (expired and stale ones too), in storage order."""
+        for batch in self.backend.iter_items(batch_size):
             yield from batch
+
+    def export_batches(
+        self, *, batch_size: int = 500, vectors: bool = False, corpora: Sequence[str] | None = None,
+    ) -> Iterator[list[tuple[StoredItem, Vector | None]]]:
+        """Every item (expired and stale ones too) in storage order, batch by batch.
+
+        Each batch is read consistently; with `vectors`, each item comes with its stored
+        vector (None when it has none, or when the store holds no vectors at all).
+        `corpora` keeps only items of those corpora.
+        """
+        wanted = set(corpora) if corpora else None
+        with_vectors = vectors and self.vector_dim is not None
+        for batch in self.backend.iter_items(batch_size):
+            if wanted is not None:
+                batch = [it for it in batch if it.corpus in wanted]
+            found = self.backend.vectors_for([it.id for it in batch]) \
+                if with_vectors and batch else {}
+            yield [(it, found.get(it.id)) for it in batch]
+
+    @property
+    def target(self) -> str:
+        """Where the store lives: a file path, or a PostgreSQL URL with the password hidden."""
+        return self.backend.url
+
+    @property
+    def vector_dim(self) -> int | None:
+        """The dimension of the stored vectors; None before any vector is stored."""
+        return self.backend.vector_dim()
+
+    @property
+    def bm25_weights(self) -> tuple[float, float] | None:
+        """The (title, text) column weights full-text search ranks with, when the backend has them."""
+        weights = getattr(self.backend, "bm25_weights", None)
+        return None if weights is None else (float(weights[0]), float(weights[1]))
 
     def stats(self) -> dict[str, Any]:
         return {
-            "target": self.backend.url,
+            "target": self.target,
             "items": self.count(),
             "corpora": self.corpora(),
             "embedder": self.embedder_name,
-            "vector_dim": self.backend.vector_dim(),
+            "vector_dim": self.vector_dim,
             "items_without_vectors": len(self.backend.ids_missing_vectors(10**9))
-            if self.backend.vector_dim() is not None else self.count(),
-            "reembed_pending": self.backend.get_meta("pending_embedder"),
+            if self.vector_dim is not None else self.count(),
+            "reembed_pending": self.backend.get_meta(META_PENDING_EMBEDDER),
             "awaiting_embedding": self.awaiting_embedding(),
         }
 
@@ -433,22 +364,32 @@ class KnowledgeBase:
         corpora: Sequence[str] | str | None = None, filters: Filters | Mapping[str, Any] | None = None,
         fusion: str | None = None, weights: Sequence[float] | None = None,
         rrf_k: float = pipeline.fusion_lib.RRF_K, depth: int | None = None,
-        dedup: float | None = pipeline.dedup.DEFAULT_THRESHOLD, dedup_cosine: float | None = None,
+        dedup_threshold: float | None = pipeline.dedup.DEFAULT_THRESHOLD,
+        dedup_cosine: float | None = None,
         score_policy: ScorePolicy | None = None, min_score: float | None = None,
-        touch: bool = False, explain: bool = False,
+        touch: bool = False, dedup: Any = _UNSET, explain: Any = _UNSET,
     ) -> SearchResult:
         """Hybrid search. A query's text never raises; bad options raise InvalidInputError.
 
-        `explain` is accepted for symmetry with the CLI: every Hit always carries its
-        per-retriever ranks and scores, fusion score and boosts.
+        `mode` is one of `model.MODES`, `fusion` one of `fusion.FUSIONS`.
+        `dedup_threshold` is the token-Jaccard similarity at which near-duplicates
+        collapse (None: off); `dedup_cosine` adds a cosine test on stored vectors.
+        Every hit carries its explanation (per-retriever ranks and scores, fusion
+        score, boosts). Deprecated, removed in the next release: `dedup` (now
+        `dedup_threshold`) and `explain` (explanations are always on hits).
         """
-        del explain
+        if dedup is not _UNSET:
+            _deprecated("search(dedup=...) is deprecated; use dedup_threshold=...")
+            dedup_threshold = dedup
+        if explain is not _UNSET:
+            _deprecated("search(explain=...) is deprecated and does nothing: every hit carries "
+                        "its explanation (hit.retrievers, fusion_score, boosts)")
         plan = pipeline.SearchPlan(
             query=query if isinstance(query, str) else "", mode=mode, limit=limit, offset=offset,
             filters=parse_filters(dict(filters) if isinstance(filters, Mapping) else filters),
             fusion=fusion or pipeline.DEFAULT_FUSION,
             weights=tuple(weights) if weights is not None else pipeline.DEFAULT_WEIGHTS,  # type: ignore[arg-type]
-            rrf_k=rrf_k, depth=depth, dedup_threshold=dedup, dedup_cosine=dedup_cosine,
+            rrf_k=rrf_k, depth=depth, dedup_threshold=dedup_threshold, dedup_cosine=dedup_cosine,
             policy=score_policy or self.score_policy, min_score=min_score,
         )
         plan.validate()
@@ -460,7 +401,7 @@ class KnowledgeBase:
             notes.append(f"{waiting} item{'s' if waiting != 1 else ''} awaiting embedding: "
                          f"found by full text only until embedded (`hybridkb embed`)")
         result = pipeline.run(plan, self.backend, corpora=names, now=now_ts(), embed_query=embed,
-                              labels=self._labels(), notes=notes)
+                              labels=self.label_templates(), notes=notes)
         if touch and result.hits:
             self.backend.touch([h.id for h in result.hits], now_ts())
         return result
@@ -471,7 +412,7 @@ class KnowledgeBase:
             return sorted(existing)
         names = [corpora] if isinstance(corpora, str) else list(corpora)
         for name in names:
-            _check_name("corpus", name)
+            validation.check_name("corpus", name)
         unknown = [n for n in names if n not in existing]
         if unknown and len(unknown) == len(names) and existing:
             raise NotFoundError(
@@ -495,28 +436,21 @@ class KnowledgeBase:
             return None
         return self.embedder.embed_query
 
-    def _labels(self) -> dict[str, str]:
-        raw = self.backend.get_meta("label_templates")
+    def label_templates(self) -> dict[str, str]:
+        """Corpus -> the label template its hits use (see `set_label_template`)."""
+        raw = self.backend.get_meta(META_LABEL_TEMPLATES)
         return json.loads(raw) if raw else {}
 
     def set_label_template(self, corpus: str, template: str) -> None:
         """Label hits of `corpus` with a template like "[ticket: {title}]" (metadata keys allowed)."""
-        labels = self._labels()
-        if not isinstance(template, str) or len(template) > 500 or storable_text_problem(template):
-            raise InvalidInputError("a label template is a string of at most 500 characters")
-        try:  # fields are plain names ({title}, {id}, a metadata key); "" stands in for each
-            specs = [spec for _, _, spec, _ in string.Formatter().parse(template) if spec]
-            if any(re.search(r"\d{4}", spec) for spec in specs):
-                raise ValueError("a format width of 1000 or more")
-            template.format_map(collections.defaultdict(str))
-        except (ValueError, IndexError, KeyError, AttributeError, TypeError) as exc:
-            raise InvalidInputError(f"bad label template {template!r}: {exc}") from exc
-        labels[_check_name("corpus", corpus)] = template
-        self.backend.set_meta("label_templates", json.dumps(labels))
+        labels = self.label_templates()
+        validation.check_label_template(template)
+        labels[validation.check_name("corpus", corpus)] = template
+        self.backend.set_meta(META_LABEL_TEMPLATES, json.dumps(labels))
 
     def corpus_settings(self, corpus: str) -> dict[str, Any]:
         """What the store remembers about a corpus (e.g. the folder `index` mirrors into it)."""
-        raw = self.backend.get_meta(CORPUS_SETTINGS + _check_name("corpus", corpus))
+        raw = self.backend.get_meta(CORPUS_SETTINGS + validation.check_name("corpus", corpus))
         value = json.loads(raw) if raw else {}
         return value if isinstance(value, dict) else {}
 
@@ -564,10 +498,9 @@ class KnowledgeBase:
         """
         if self.embedder is None:
             raise InvalidInputError("reembed needs an embedder")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InvalidInputError(f"batch_size must be a positive integer, got {batch_size!r}")
+        validation.check_batch_size(batch_size)
         model, dim = self.embedder.model_id, self.embedder.dim
-        recorded = self.backend.get_meta("embedder")
+        recorded = self.backend.get_meta(META_EMBEDDER)
         done = 0
         if self.backend.vector_dim() not in (None, dim) or recorded not in (None, model):
             self.backend.begin_reembed(model, dim)
@@ -577,7 +510,7 @@ class KnowledgeBase:
                 if items:
                     vectors = self.embedder.embed_documents([it.embedding_text for it in items])
                     self.backend.write_pending_vectors(
-                        [it.id for it in items if it.id is not None], list(vectors),
+                        [it.id for it in items], list(vectors),
                         [content_hash(it.embedding_text) for it in items])
                     done += len(items)
                     if progress:
@@ -585,10 +518,10 @@ class KnowledgeBase:
                 after = ids[-1]
             self.backend.finish_reembed(model, dim)
             self._record_model()
-        elif self.backend.get_meta("pending_embedder") is not None:
+        elif self.backend.get_meta(META_PENDING_EMBEDDER) is not None:
             self.backend.cancel_reembed()  # an unfinished switch to a model we no longer use
         if recorded is None:
-            self.backend.set_meta("embedder", model)
+            self.backend.set_meta(META_EMBEDDER, model)
             self._record_model()
         self._refresh_vector_problem()
         self.backend.ensure_vector_storage(dim)
@@ -623,7 +556,7 @@ class KnowledgeBase:
             items = self.backend.get(ids, include_expired=True, now=now_ts())
             vectors = self.embedder.embed_documents([it.embedding_text for it in items])
             written = self.backend.write_vectors(
-                [it.id for it in items if it.id is not None], list(vectors),
+                [it.id for it in items], list(vectors),
                 [content_hash(it.embedding_text) for it in items])
             # An item deleted or rewritten between `get` and `write_vectors` is left alone:
             # its writer embedded the new text itself (or left it in the queue again).

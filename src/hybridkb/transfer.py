@@ -25,6 +25,7 @@ from typing import IO, Any
 from .errors import HybridKBError, InvalidInputError
 from .model import Item
 from .store import KnowledgeBase
+from .validation import check_batch_size, check_metadata
 
 EXPORT_FORMAT = 1
 HEADER_KEY = "hybridkb_export"
@@ -74,9 +75,8 @@ class ImportReport:
 
 
 def header_for(kb: KnowledgeBase) -> ExportHeader:
-    raw = kb.backend.get_meta("label_templates")
-    return ExportHeader(embedder=kb.embedder_name, vector_dim=kb.backend.vector_dim(),
-                        label_templates=json.loads(raw) if raw else {})
+    return ExportHeader(embedder=kb.embedder_name, vector_dim=kb.vector_dim,
+                        label_templates=kb.label_templates())
 
 
 def item_record(item: Item, vector: Iterable[float] | None = None) -> dict[str, Any]:
@@ -96,15 +96,9 @@ def export_records(
     with some of those writes and not others.
     """
     yield header_for(kb).to_dict()
-    wanted = set(corpora) if corpora else None
-    with_vectors = vectors and kb.backend.vector_dim() is not None
-    for batch in kb.backend.iter_items(batch_size):
-        if wanted is not None:
-            batch = [it for it in batch if it.corpus in wanted]
-        found = kb.backend.vectors_for([it.id for it in batch if it.id is not None]) \
-            if with_vectors and batch else {}
-        for item in batch:
-            yield item_record(item, found.get(item.id or ""))
+    for batch in kb.export_batches(batch_size=batch_size, vectors=vectors, corpora=corpora):
+        for item, vector in batch:
+            yield item_record(item, vector)
 
 
 def write_export(
@@ -156,8 +150,8 @@ def normalize_record(obj: dict[str, Any], corpus: str | None) -> dict[str, Any]:
     obj = dict(obj)
     if "_id" in obj:
         obj["id"] = str(obj.pop("_id"))
-    if obj.get("metadata") is not None and not isinstance(obj["metadata"], dict):
-        raise InvalidInputError("metadata is not a JSON object")
+    if obj.get("metadata") is not None:
+        check_metadata(obj["metadata"])
     if corpus:
         obj["corpus"] = corpus
     return obj
@@ -189,8 +183,7 @@ def import_records(
     bad records are reported in `ImportReport.skipped` and the rest are written.
     Each batch is one transaction; an interrupted import can simply be run again.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InvalidInputError(f"batch_size must be a positive integer, got {batch_size!r}")
+    check_batch_size(batch_size)
     report = ImportReport()
     header: ExportHeader | None = None
     keep_vectors = True
@@ -290,12 +283,12 @@ def migrate(
     """
     if target.count():
         raise InvalidInputError(
-            f"the target store {target.backend.url!r} already holds {target.count()} items; "
+            f"the target store {target.target!r} already holds {target.count()} items; "
             f"migrate only into an empty store")
-    if source.backend.url == target.backend.url:
+    if source.target == target.target:
         raise InvalidInputError("the source and the target are the same store")
     model = source.embedder_name
-    if vectors and source.backend.vector_dim() is not None and model != target.embedder_name:
+    if vectors and source.vector_dim is not None and model != target.embedder_name:
         raise InvalidInputError(
             f"the source store was embedded with {model or 'an unrecorded model'} but the target "
             f"uses {target.embedder_name or 'no model'}; open both with the source's model to "

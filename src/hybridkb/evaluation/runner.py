@@ -21,9 +21,8 @@ import numpy as np
 from .. import open as open_kb
 from ..embedding import Embedder
 from ..errors import InvalidInputError
-from ..fusion import FUSIONS, RRF_K
+from ..fusion import DEFAULT_FUSION, DEFAULT_WEIGHTS, FUSIONS, RRF_K
 from ..model import MODES
-from ..pipeline import DEFAULT_FUSION, DEFAULT_WEIGHTS
 from ..scoring import ScorePolicy
 from ..store import KnowledgeBase
 from . import metrics
@@ -262,7 +261,7 @@ def _run_row(
             result = kb.search(
                 query.text, mode=spec.mode, limit=limit, corpora=[corpus], filters=scope,
                 fusion=spec.fusion, weights=spec.weights, rrf_k=spec.rrf_k or RRF_K,
-                depth=o.depth, dedup=None, score_policy=ScorePolicy.off())
+                depth=o.depth, dedup_threshold=None, score_policy=ScorePolicy.off())
         ids = [h.id for h in result.hits]
         if o.ignore_identical_ids:
             ids = [d for d in ids if d != query.id]
@@ -284,7 +283,7 @@ def _run_row(
         p50_ms=float(np.percentile(ms, 50)), p95_ms=float(np.percentile(ms, 95)),
         run=run if o.keep_runs else None,
         bm25_used=None if spec.mode == "vector"
-        else spec.bm25_weights or getattr(kb.backend, "bm25_weights", None))
+        else spec.bm25_weights or kb.bm25_weights)
 
 
 def _pair(p: Pair | None) -> str:

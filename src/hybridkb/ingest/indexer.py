@@ -26,7 +26,8 @@ from urllib.parse import quote, unquote, urlsplit
 from ..errors import InvalidInputError
 from ..model import Item
 from ..progress import ProgressFactory, no_progress
-from ..store import MAX_ID_CHARS, KnowledgeBase
+from ..store import KnowledgeBase
+from ..validation import MAX_ID_CHARS
 from .chunk import Chunk, chunk_markdown, chunk_text
 from .code import chunk_code
 from .formats import NotebookError, chunk_html, chunk_notebook
@@ -152,7 +153,6 @@ def _existing(kb: KnowledgeBase, corpus: str) -> dict[str, dict[str, Item]]:
     for item in kb.iter_items():
         path = item.metadata.get("path")
         if item.corpus == corpus and isinstance(path, str) and "file_hash" in item.metadata:
-            assert item.id is not None
             found[path][item.id] = item
     return found
 

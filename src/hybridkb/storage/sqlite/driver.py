@@ -1,4 +1,4 @@
-"""The one place that picks a sqlite3 module able to load sqlite-vec.
+"""SQLite connection handling: the sqlite3 module able to load sqlite-vec, and migrations.
 
 The stdlib module when it can load extensions; otherwise `sqlean.py`, a
 drop-in sqlite3 with extension loading (pyenv builds lack it).
@@ -10,7 +10,8 @@ import sqlite3 as _stdlib
 from types import ModuleType
 from typing import Any
 
-from ..errors import BackendUnavailableError
+from ...errors import BackendUnavailableError
+from .. import migrations
 
 _driver: ModuleType | None = None
 
@@ -60,3 +61,39 @@ def errors() -> tuple[type[Exception], type[Exception]]:
     """(OperationalError, DatabaseError) of the chosen driver."""
     module = driver()
     return module.OperationalError, module.DatabaseError
+
+
+def migrate(conn: Any) -> None:
+    """Apply the pending migrations, each recorded by name, inside the caller's transaction."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations "
+        "(name TEXT PRIMARY KEY, applied_at REAL NOT NULL DEFAULT (unixepoch('subsec')))"
+    )
+    done = {r[0] for r in conn.execute("SELECT name FROM schema_migrations")}
+    for name, sql in migrations.load("sqlite"):
+        if name in done:
+            continue
+        for statement in split_sql(sql):
+            conn.execute(statement)
+        conn.execute("INSERT INTO schema_migrations (name) VALUES (?)", (name,))
+
+
+def split_sql(script: str) -> list[str]:
+    """Split a migration into statements; trigger bodies end with END;."""
+    statements: list[str] = []
+    current: list[str] = []
+    in_trigger = False
+    for line in script.splitlines():
+        stripped = line.strip()
+        if not current and (not stripped or stripped.startswith("--")):
+            continue
+        current.append(line)
+        upper = stripped.upper()
+        if upper.startswith("CREATE TRIGGER"):
+            in_trigger = True
+        if (in_trigger and upper == "END;") or (not in_trigger and stripped.endswith(";")):
+            statements.append("\n".join(current))
+            current, in_trigger = [], False
+    if current:
+        statements.append("\n".join(current))
+    return statements

@@ -1,13 +1,13 @@
-"""The embedded backend: one SQLite file, FTS5 for BM25, sqlite-vec for vectors.
+"""The embedded dialect: one SQLite file, FTS5 for BM25, sqlite-vec for vectors.
 
 Items, their FTS5 rows (kept in sync by triggers) and their vectors (a `vec0`
 table) are written in one transaction. Vector search runs over an exact
-in-memory matrix rebuilt from the `vec0` table (see vector_index.py).
+in-memory matrix rebuilt from the `vec0` table (see vector_index.py). What both
+dialects do alike (columns, conflict rule, filters, re-embed steps) is in records.py.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import threading
 from collections.abc import Iterator, Sequence
@@ -17,33 +17,26 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import (
-    BackendUnavailableError,
-    DimensionMismatchError,
-    InvalidInputError,
-    StoreError,
-)
-from ..model import Filters, Item
-from ..textquery import TextQuery
-from . import migrations, sqlite_driver
-from .base import Scope, ScoredIds, Vector
+from ...errors import BackendUnavailableError, InvalidInputError, StoreError
+from ...model import Item, StoredItem
+from ...textquery import TextQuery
+from .. import codec, records
+from ..contract import ScoredIds, SearchArea, Vector
+from ..records import DEFAULT_BM25_WEIGHTS, META_PENDING_VECTOR_DIM, META_VECTOR_DIM
+from . import driver as sqlite_driver
 from .vector_index import VectorIndex
 
+__all__ = ["BUSY_TIMEOUT_S", "DEFAULT_BM25_WEIGHTS", "SQLiteBackend", "filter_sql", "open_sqlite"]
+
 BUSY_TIMEOUT_S = 30.0
-# FTS5 bm25() column weights (title, text). Chosen by the evaluation harness.
-DEFAULT_BM25_WEIGHTS = (2.0, 1.0)
 _MAX_VARS = 500  # stay under SQLITE_MAX_VARIABLE_NUMBER on old builds
 # text_search fetches this many best-scored FTS rows per wanted row (divided by the
-# corpus's share of the store) before filtering them; past the cap it filters in SQL.
+# searched corpora's share of the store) before filtering them; past the cap it filters in SQL.
 _FTS_OVERFETCH = 4
 _FTS_OVERFETCH_MAX = 4000
 
-_ITEM_COLUMNS = (
-    "id, corpus, title, text, kind, scope, repo, namespace, source_url, metadata, created_at, "
-    "updated_at, expires_at, access_count, last_accessed_at, stale"
-)
-
-
+_ITEM_COLUMNS = ", ".join(records.ITEM_COLUMNS)
+_SET_META = records.set_meta_sql("?")
 _CREATE_PENDING = (
     "CREATE TABLE IF NOT EXISTS vec_items_pending "
     "(id TEXT PRIMARY KEY, embedding BLOB NOT NULL, content_hash TEXT NOT NULL)"
@@ -59,45 +52,75 @@ def _marks(n: int) -> str:
     return ",".join("?" * n)
 
 
-def _row_to_item(row: Sequence[Any]) -> Item:
-    return Item(
-        id=row[0], corpus=row[1], title=row[2], text=row[3], kind=row[4], scope=row[5],
-        repo=row[6], namespace=row[7], source_url=row[8], metadata=json.loads(row[9] or "{}"),
-        created_at=row[10], updated_at=row[11], expires_at=row[12], access_count=row[13],
-        last_accessed_at=row[14], stale=bool(row[15]),
-    )
+def _create_vectors(dim: int) -> str:
+    return f"CREATE VIRTUAL TABLE vec_items USING vec0 (embedding float[{int(dim)}] distance_metric=cosine)"
 
 
-def filter_sql(scope: Scope, alias: str = "i") -> tuple[str, list[Any]]:
-    """WHERE conditions (joined by AND) and their bound values for a Scope."""
-    f: Filters = scope.filters
-    clauses = [f"{alias}.corpus = ?"]
-    params: list[Any] = [scope.corpus]
-    if not f.include_expired:
-        clauses.append(f"({alias}.expires_at IS NULL OR {alias}.expires_at > ?)")
-        params.append(scope.now)
-    if not f.include_stale:
-        clauses.append(f"{alias}.stale = 0")
-    for column, values in (("kind", f.kinds), ("scope", f.scope), ("repo", f.repo),
-                           ("namespace", f.namespace)):
-        if values:
-            clauses.append(f"{alias}.{column} IN ({_marks(len(values))})")
-            params.extend(values)
-    for key, values in f.metadata:
-        clauses.append(
-            f"EXISTS (SELECT 1 FROM json_each({alias}.metadata) AS m "
-            f"WHERE m.key = ? AND m.value IN ({_marks(len(values))}))"
-        )
-        params.append(key)
-        params.extend(int(v) if isinstance(v, bool) else v for v in values)
-    for column, op, value in (("created_at", ">=", f.created_after),
-                              ("created_at", "<", f.created_before),
-                              ("updated_at", ">=", f.updated_after),
-                              ("updated_at", "<", f.updated_before)):
-        if value is not None:
-            clauses.append(f"{alias}.{column} {op} ?")
-            params.append(value)
-    return " AND ".join(clauses), params
+def _metadata_in(alias: str, key: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+    # json_each reads JSON true/false as 1/0, so booleans are compared as integers.
+    return (f"EXISTS (SELECT 1 FROM json_each({alias}.metadata) AS m "
+            f"WHERE m.key = ? AND m.value IN ({_marks(len(values))}))",
+            [key, *(int(v) if isinstance(v, bool) else v for v in values)])
+
+
+_DIALECT = records.FilterDialect(
+    mark="?",
+    one_of=lambda column, values: (f"{column} IN ({_marks(len(values))})", list(values)),
+    is_false=lambda column: f"{column} = 0",
+    metadata_in=_metadata_in,
+)
+
+
+def filter_sql(area: SearchArea, alias: str = "i") -> tuple[str, list[Any]]:
+    """WHERE conditions (joined by AND) and their bound values for a SearchArea."""
+    clauses, params = records.filter_conditions(area, _DIALECT, alias)
+    return (" AND ".join(clauses) or "1"), params
+
+
+class _Tables:
+    """records.VectorTables inside one SQLite write transaction."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def meta(self, keys: Sequence[str]) -> dict[str, str]:
+        return dict(self.conn.execute(
+            f"SELECT key, value FROM meta WHERE key IN ({_marks(len(keys))})", list(keys)).fetchall())
+
+    def set_meta(self, pairs: Sequence[tuple[str, str]]) -> None:
+        self.conn.executemany(_SET_META, pairs)
+
+    def delete_meta(self, keys: Sequence[str]) -> None:
+        self.conn.execute(f"DELETE FROM meta WHERE key IN ({_marks(len(keys))})", list(keys))
+
+    def create_vector_table(self, dim: int) -> None:
+        self.conn.execute(_create_vectors(dim))
+
+    def replace_vector_table(self, dim: int) -> None:
+        self.conn.execute("DROP TABLE IF EXISTS vec_items")
+        self.conn.execute(_create_vectors(dim))
+
+    def has_pending_table(self) -> bool:
+        return self.conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'vec_items_pending'"
+        ).fetchone() is not None
+
+    def create_pending_table(self, dim: int) -> None:
+        self.conn.execute(_CREATE_PENDING)  # blobs: the dimension is checked on write
+
+    def drop_pending_table(self) -> None:
+        self.conn.execute("DROP TABLE IF EXISTS vec_items_pending")
+
+    def move_pending_vectors(self) -> int:
+        moved = self.conn.execute(
+            "INSERT INTO vec_items (rowid, embedding) SELECT i.rowid, p.embedding "
+            "FROM vec_items_pending p JOIN items i "
+            "ON i.id = p.id AND i.content_hash = p.content_hash").rowcount
+        self.conn.execute(
+            "UPDATE items SET embedded_hash = CASE WHEN EXISTS (SELECT 1 FROM vec_items_pending p "
+            "WHERE p.id = items.id AND p.content_hash = items.content_hash) "
+            "THEN content_hash ELSE NULL END")
+        return int(moved)
 
 
 class SQLiteBackend:
@@ -124,7 +147,8 @@ class SQLiteBackend:
             self._conn.execute("PRAGMA synchronous = NORMAL")
             self._conn.execute(f"PRAGMA cache_size = {-1024 * int(cache_mb)}")
             self._conn.execute("PRAGMA foreign_keys = ON")
-            self._migrate()
+            with self._write() as conn:
+                sqlite_driver.migrate(conn)
         except self._database_error as exc:
             raise StoreError(f"cannot open SQLite store {self.path!r}: {exc}") from exc
         self._index: VectorIndex | None = None
@@ -164,20 +188,6 @@ class SQLiteBackend:
             except (UnicodeEncodeError, OverflowError) as exc:  # a value SQLite cannot bind
                 raise InvalidInputError(f"a value cannot be used in a query: {exc}") from exc
 
-    def _migrate(self) -> None:
-        with self._write() as conn:
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations "
-                "(name TEXT PRIMARY KEY, applied_at REAL NOT NULL DEFAULT (unixepoch('subsec')))"
-            )
-            done = {r[0] for r in conn.execute("SELECT name FROM schema_migrations")}
-            for name, sql in migrations.load("sqlite"):
-                if name in done:
-                    continue
-                for statement in _split_sql(sql):
-                    conn.execute(statement)
-                conn.execute("INSERT INTO schema_migrations (name) VALUES (?)", (name,))
-
     def close(self) -> None:
         with self._lock:
             self._conn.close()
@@ -190,59 +200,25 @@ class SQLiteBackend:
 
     def set_meta(self, key: str, value: str) -> None:
         with self._write() as conn:
-            conn.execute(
-                "INSERT INTO meta (key, value) VALUES (?, ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value)
-            )
+            conn.execute(_SET_META, (key, value))
 
     def vector_dim(self) -> int | None:
-        value = self.get_meta("vector_dim")
+        value = self.get_meta(META_VECTOR_DIM)
         return int(value) if value else None
 
     def ensure_vector_storage(self, dim: int) -> None:
         if self.vector_dim() == dim:
             return
         with self._write() as conn:  # checked again under the write lock: others may race us
-            row = conn.execute("SELECT value FROM meta WHERE key = 'vector_dim'").fetchone()
-            if row is not None and int(row[0]) == dim:
-                return
-            if row is not None:
-                raise DimensionMismatchError(f"store holds {row[0]}-dimensional vectors, not {dim}")
-            conn.execute(
-                f"CREATE VIRTUAL TABLE vec_items USING vec0 "
-                f"(embedding float[{int(dim)}] distance_metric=cosine)"
-            )
-            conn.execute("INSERT INTO meta (key, value) VALUES ('vector_dim', ?)", (str(dim),))
-
-    def clear_vectors(self) -> None:
-        """Drop every vector (before re-embedding with a model of another dimension)."""
-        with self._write() as conn:
-            conn.execute("DROP TABLE IF EXISTS vec_items")
-            conn.execute("DELETE FROM meta WHERE key = 'vector_dim'")
-            conn.execute("UPDATE items SET embedded_hash = NULL")
-        self._index = None
+            records.ensure_vector_table(_Tables(conn), dim)
 
     # -- switching models: new vectors beside the old ones, swapped in at the end ---------------
 
     def begin_reembed(self, model_id: str, dim: int) -> None:
-        """Start (or resume, for the same model and dimension) filling the pending vectors."""
         with self._write() as conn:
-            rows = conn.execute(
-                "SELECT key, value FROM meta WHERE key IN ('pending_embedder', 'pending_vector_dim')"
-            ).fetchall()
-            pending = dict(rows)
-            if pending == {"pending_embedder": model_id, "pending_vector_dim": str(int(dim))}:
-                conn.execute(_CREATE_PENDING)
-                return
-            conn.execute("DROP TABLE IF EXISTS vec_items_pending")
-            conn.execute(_CREATE_PENDING)
-            conn.executemany(
-                "INSERT INTO meta (key, value) VALUES (?, ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                [("pending_embedder", model_id), ("pending_vector_dim", str(int(dim)))])
+            records.begin_reembed(_Tables(conn), model_id, dim)
 
     def pending_missing_ids(self, after: str, limit: int) -> list[str]:
-        """Ids (> `after`, in id order) without a pending vector for their current text."""
         return [r[0] for r in self._read(
             "SELECT i.id FROM items i LEFT JOIN vec_items_pending p ON p.id = i.id "
             "WHERE i.id > ? AND (p.id IS NULL OR p.content_hash != i.content_hash) "
@@ -251,15 +227,10 @@ class SQLiteBackend:
     def write_pending_vectors(
         self, ids: Sequence[str], vectors: Sequence[Vector], content_hashes: Sequence[str],
     ) -> None:
-        dim = self.get_meta("pending_vector_dim")
-        if dim is None:
-            raise StoreError("no re-embedding is in progress")
-        rows = []
-        for item_id, vec, chash in zip(ids, vectors, content_hashes, strict=True):
-            if len(vec) != int(dim):
-                raise DimensionMismatchError(
-                    f"item {item_id!r}: vector has {len(vec)} dimensions, the new model has {dim}")
-            rows.append((item_id, np.asarray(vec, dtype=np.float32).tobytes(), chash))
+        dim = records.pending_dim(self.get_meta(META_PENDING_VECTOR_DIM))
+        codec.check_dims(zip(ids, vectors, strict=True), dim, holder="the new model has")
+        rows = [(item_id, codec.to_blob(vec), chash)
+                for item_id, vec, chash in zip(ids, vectors, content_hashes, strict=True)]
         with self._write() as conn:
             conn.executemany(
                 "INSERT INTO vec_items_pending (id, embedding, content_hash) VALUES (?, ?, ?) "
@@ -267,44 +238,14 @@ class SQLiteBackend:
                 "content_hash = excluded.content_hash", rows)
 
     def finish_reembed(self, model_id: str, dim: int) -> int:
-        """In one transaction: pending vectors replace the old ones, the store records the new model.
-
-        Items whose text changed since their pending vector was computed (or that
-        arrived meanwhile) are left without a vector, for `ids_missing_vectors`.
-        Returns how many vectors were swapped in.
-        """
         with self._write() as conn:
-            pending = dict(conn.execute(
-                "SELECT key, value FROM meta WHERE key IN ('pending_embedder', 'pending_vector_dim')"
-            ).fetchall())
-            if pending != {"pending_embedder": model_id, "pending_vector_dim": str(int(dim))}:
-                raise StoreError(f"no re-embedding to {model_id!r} is in progress")
-            conn.execute("DROP TABLE IF EXISTS vec_items")
-            conn.execute(
-                f"CREATE VIRTUAL TABLE vec_items USING vec0 "
-                f"(embedding float[{int(dim)}] distance_metric=cosine)")
-            moved = conn.execute(
-                "INSERT INTO vec_items (rowid, embedding) SELECT i.rowid, p.embedding "
-                "FROM vec_items_pending p JOIN items i "
-                "ON i.id = p.id AND i.content_hash = p.content_hash").rowcount
-            conn.execute(
-                "UPDATE items SET embedded_hash = CASE WHEN EXISTS (SELECT 1 FROM vec_items_pending p "
-                "WHERE p.id = items.id AND p.content_hash = items.content_hash) "
-                "THEN content_hash ELSE NULL END")
-            conn.execute("DROP TABLE vec_items_pending")
-            conn.execute("DELETE FROM meta WHERE key IN ('pending_embedder', 'pending_vector_dim')")
-            conn.executemany(
-                "INSERT INTO meta (key, value) VALUES (?, ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                [("embedder", model_id), ("vector_dim", str(int(dim)))])
+            moved = records.finish_reembed(_Tables(conn), model_id, dim)
         self._index = None
-        return int(moved)
+        return moved
 
     def cancel_reembed(self) -> None:
-        """Forget an unfinished re-embedding (its pending vectors are dropped)."""
         with self._write() as conn:
-            conn.execute("DROP TABLE IF EXISTS vec_items_pending")
-            conn.execute("DELETE FROM meta WHERE key IN ('pending_embedder', 'pending_vector_dim')")
+            records.cancel_reembed(_Tables(conn))
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -313,43 +254,21 @@ class SQLiteBackend:
         *, replace: bool,
     ) -> None:
         dim = self.vector_dim()
-        conflict = (
-            "ON CONFLICT (id) DO UPDATE SET corpus = excluded.corpus, title = excluded.title, "
-            "text = excluded.text, kind = excluded.kind, scope = excluded.scope, "
-            "repo = excluded.repo, namespace = excluded.namespace, "
-            "source_url = excluded.source_url, metadata = excluded.metadata, "
-            "updated_at = excluded.updated_at, expires_at = excluded.expires_at, "
-            "stale = excluded.stale, content_hash = excluded.content_hash, "
-            "embedded_hash = CASE WHEN excluded.embedded_hash IS NOT NULL "
-            "THEN excluded.embedded_hash WHEN items.content_hash = excluded.content_hash "
-            "THEN items.embedded_hash ELSE NULL END"
-        ) if replace else ""
-        sql = (
-            f"INSERT INTO items ({_ITEM_COLUMNS}, content_hash, embedded_hash) "
-            f"VALUES ({_marks(18)}) {conflict} RETURNING rowid, embedded_hash"
-        )
+        conflict = records.ON_CONFLICT_REPLACE if replace else ""
+        sql = (f"INSERT INTO items ({', '.join(records.WRITE_COLUMNS)}) "
+               f"VALUES ({_marks(len(records.WRITE_COLUMNS))}) {conflict} RETURNING rowid, embedded_hash")
         written: list[tuple[int, Item, Vector | None]] = []
         stale_vectors: list[int] = []
         try:
             with self._write() as conn:
                 for item, vec, chash in zip(items, vectors, content_hashes, strict=True):
-                    row = conn.execute(sql, (
-                        item.id, item.corpus, item.title, item.text, item.kind, item.scope,
-                        item.repo, item.namespace, item.source_url,
-                        json.dumps(item.metadata, ensure_ascii=False, sort_keys=True),
-                        item.created_at, item.updated_at, item.expires_at, item.access_count,
-                        item.last_accessed_at, int(item.stale), chash,
-                        chash if vec is not None else None,
-                    )).fetchone()
-                    rowid, kept_hash = row
+                    rowid, kept_hash = conn.execute(
+                        sql, records.write_values(item, chash, with_vector=vec is not None)).fetchone()
                     if vec is not None:
-                        if dim is None or len(vec) != dim:
-                            raise DimensionMismatchError(
-                                f"item {item.id!r}: vector has {len(vec)} dimensions, store has {dim}"
-                            )
+                        codec.check_dim(vec, dim, label=f"item {item.id!r}: vector")
                         conn.execute("DELETE FROM vec_items WHERE rowid = ?", (rowid,))
                         conn.execute("INSERT INTO vec_items (rowid, embedding) VALUES (?, ?)",
-                                     (rowid, np.asarray(vec, dtype=np.float32).tobytes()))
+                                     (rowid, codec.to_blob(vec)))
                     elif kept_hash is None and dim is not None:
                         conn.execute("DELETE FROM vec_items WHERE rowid = ?", (rowid,))
                         stale_vectors.append(rowid)
@@ -384,16 +303,9 @@ class SQLiteBackend:
     def write_vectors(
         self, ids: Sequence[str], vectors: Sequence[Vector], content_hashes: Sequence[str],
     ) -> int:
-        """Store vectors for items whose text still has the given hash; returns how many.
-
-        Only the vector and `embedded_hash` change, so an item rewritten by another
-        writer meanwhile is neither overwritten nor given a vector of its old text.
-        """
-        dim = self.vector_dim()
-        for item_id, vec in zip(ids, vectors, strict=True):
-            if dim is None or len(vec) != dim:
-                raise DimensionMismatchError(
-                    f"item {item_id!r}: vector has {len(vec)} dimensions, store has {dim}")
+        """Only the vector and `embedded_hash` change, so an item rewritten by another
+        writer meanwhile is neither overwritten nor given a vector of its old text."""
+        codec.check_dims(zip(ids, vectors, strict=True), self.vector_dim())
         written: list[tuple[int, Item, Vector | None]] = []
         with self._write() as conn:
             for item_id, vec, chash in zip(ids, vectors, content_hashes, strict=True):
@@ -405,7 +317,7 @@ class SQLiteBackend:
                 rowid = row[0]
                 conn.execute("DELETE FROM vec_items WHERE rowid = ?", (rowid,))
                 conn.execute("INSERT INTO vec_items (rowid, embedding) VALUES (?, ?)",
-                             (rowid, np.asarray(vec, dtype=np.float32).tobytes()))
+                             (rowid, codec.to_blob(vec)))
                 written.append((rowid, Item(text="", id=item_id, corpus=row[1], expires_at=row[2],
                                             stale=bool(row[3])), vec))
         self._after_write(written, [])
@@ -443,8 +355,8 @@ class SQLiteBackend:
 
     # -- reads ----------------------------------------------------------------------------------
 
-    def get(self, ids: Sequence[str], *, include_expired: bool, now: float) -> list[Item]:
-        found: dict[str, Item] = {}
+    def get(self, ids: Sequence[str], *, include_expired: bool, now: float) -> list[StoredItem]:
+        found: dict[str, StoredItem] = {}
         for chunk in _chunks(list(ids)):
             sql = f"SELECT {_ITEM_COLUMNS} FROM items WHERE id IN ({_marks(len(chunk))})"
             params: list[Any] = list(chunk)
@@ -452,15 +364,8 @@ class SQLiteBackend:
                 sql += " AND (expires_at IS NULL OR expires_at > ?)"
                 params.append(now)
             for row in self._read(sql, params):
-                found[row[0]] = _row_to_item(row)
-        return [found[i] for i in ids if i in found]
-
-    def existing_ids(self, ids: Sequence[str]) -> set[str]:
-        out: set[str] = set()
-        for chunk in _chunks(list(ids)):
-            out.update(r[0] for r in self._read(
-                f"SELECT id FROM items WHERE id IN ({_marks(len(chunk))})", chunk))
-        return out
+                found[row[0]] = records.row_to_item(row)
+        return records.in_order(ids, found)
 
     def embedded_hashes(self, ids: Sequence[str]) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -485,7 +390,7 @@ class SQLiteBackend:
                     "SELECT corpus, count(*) FROM items GROUP BY corpus ORDER BY corpus")))
             return dict(self._corpora[1])
 
-    def iter_items(self, batch_size: int = 500) -> Iterator[list[Item]]:
+    def iter_items(self, batch_size: int = 500) -> Iterator[list[StoredItem]]:
         last = 0
         while True:
             rows = self._read(
@@ -494,7 +399,7 @@ class SQLiteBackend:
             if not rows:
                 return
             last = rows[-1][0]
-            yield [_row_to_item(r[1:]) for r in rows]
+            yield [records.row_to_item(r[1:]) for r in rows]
 
     def vectors_for(self, ids: Sequence[str]) -> dict[str, Vector]:
         if self.vector_dim() is None:
@@ -504,7 +409,7 @@ class SQLiteBackend:
             for item_id, blob in self._read(
                 f"SELECT i.id, v.embedding FROM items i JOIN vec_items v ON v.rowid = i.rowid "
                 f"WHERE i.id IN ({_marks(len(chunk))})", chunk):
-                out[item_id] = np.frombuffer(blob, dtype=np.float32).copy()
+                out[item_id] = codec.from_blob(blob)
         return out
 
     def ids_missing_vectors(self, limit: int) -> list[str]:
@@ -514,17 +419,17 @@ class SQLiteBackend:
 
     # -- retrieval ------------------------------------------------------------------------------
 
-    def text_search(self, query: TextQuery, scope: Scope, limit: int) -> ScoredIds:
+    def text_search(self, query: TextQuery, area: SearchArea, limit: int) -> ScoredIds:
         match = query.fts5()
         if match is None or limit <= 0:
             return []
-        where, params = filter_sql(scope)
         wt, wx = self.bm25_weights
         bm25 = f"bm25(items_fts, {float(wt)!r}, {float(wx)!r})"
-        if not scope.filters.needs_row_filter:
-            found = self._text_search_best_first(match, bm25, scope, limit)
+        if not area.filters.needs_row_filter:
+            found = self._text_search_best_first(match, bm25, area, limit)
             if found is not None:
                 return found
+        where, params = filter_sql(area)
         sql = (
             f"SELECT i.id, {bm25} AS s "
             f"FROM items_fts JOIN items i ON i.rowid = items_fts.rowid "
@@ -534,7 +439,7 @@ class SQLiteBackend:
         return [(r[0], -float(r[1])) for r in rows]
 
     def _text_search_best_first(
-        self, match: str, bm25: str, scope: Scope, limit: int,
+        self, match: str, bm25: str, area: SearchArea, limit: int,
     ) -> ScoredIds | None:
         """The joined query's answer from the best-scored FTS rows alone, or None.
 
@@ -546,12 +451,14 @@ class SQLiteBackend:
         first rows (same order: score, then id); otherwise the caller runs that query.
         """
         counts = self.corpora()
-        share = counts.get(scope.corpus, 0) / max(1, sum(counts.values()))
+        total = max(1, sum(counts.values()))
+        searched = total if area.corpora is None else sum(counts.get(c, 0) for c in area.corpora)
+        share = searched / total
         if share <= 0:
             return None
         fetch = math.ceil(_FTS_OVERFETCH * limit / share)
         if fetch > _FTS_OVERFETCH_MAX:
-            return None  # the corpus is a small share of the store: filter inside the query
+            return None  # the corpora are a small share of the store: filter inside the query
         rows = self._read(
             f"SELECT rowid, {bm25} AS s FROM items_fts WHERE items_fts MATCH ? ORDER BY s LIMIT ?",
             [match, fetch])
@@ -559,7 +466,7 @@ class SQLiteBackend:
         if not complete:
             worst = rows[-1][1]
             rows = [r for r in rows if r[1] < worst]
-        where, params = filter_sql(scope)
+        where, params = filter_sql(area)
         ids: dict[int, str] = {}
         for chunk in _chunks([r[0] for r in rows]):
             ids.update(self._read(
@@ -570,10 +477,10 @@ class SQLiteBackend:
             return None
         return [(item_id, -float(s)) for s, item_id in best[:limit]]
 
-    def substring_search(self, words: Sequence[str], scope: Scope, limit: int) -> ScoredIds:
+    def substring_search(self, words: Sequence[str], area: SearchArea, limit: int) -> ScoredIds:
         if not words or limit <= 0:
             return []
-        where, params = filter_sql(scope)
+        where, params = filter_sql(area)
         hits = " + ".join(
             "(instr(lower(i.text), ?) > 0) + (instr(lower(coalesce(i.title, '')), ?) > 0)"
             for _ in words)
@@ -583,23 +490,21 @@ class SQLiteBackend:
         rows = self._read(sql, [*word_params, *params, limit])
         return [(r[0], float(r[1])) for r in rows]
 
-    def vector_search(self, vector: Vector, scope: Scope, limit: int) -> ScoredIds:
+    def vector_search(self, vector: Vector, area: SearchArea, limit: int) -> ScoredIds:
         dim = self.vector_dim()
         if dim is None or limit <= 0:
             return []
-        if len(vector) != dim:
-            raise DimensionMismatchError(f"query vector has {len(vector)} dimensions, store has {dim}")
-        query = np.asarray(vector, dtype=np.float32)
-        if not np.all(np.isfinite(query)):
+        query = codec.query(vector, dim)
+        if query is None:
             return []
         index = self._vector_index(dim)
         allowed = None
-        if scope.filters.needs_row_filter:
-            where, params = filter_sql(scope)
+        if area.filters.needs_row_filter:
+            where, params = filter_sql(area)
             allowed = np.array([r[0] for r in self._read(
                 f"SELECT i.rowid FROM items i WHERE {where}", params)], dtype=np.int64)
-        f = scope.filters
-        top = index.search(query, corpus=scope.corpus, now=scope.now, limit=limit,
+        f = area.filters
+        top = index.search(query, corpora=area.corpora, now=area.now, limit=limit,
                            include_expired=f.include_expired, include_stale=f.include_stale,
                            allowed=allowed)
         if not top:
@@ -628,12 +533,12 @@ class SQLiteBackend:
             stale: list[bool] = []
             while batch := cursor.fetchmany(4096):
                 rowids.extend(r[0] for r in batch)
-                blocks.append(np.frombuffer(b"".join(r[1] for r in batch), dtype=np.float32))
+                blocks.append(codec.matrix_from_blobs([r[1] for r in batch], dim))
                 corpora.extend(r[2] for r in batch)
                 expires.extend(r[3] for r in batch)
                 stale.extend(bool(r[4]) for r in batch)
-            matrix = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.float32)
-            index.load(rowids, matrix.reshape(len(rowids), dim), corpora, expires, stale)
+            matrix = np.concatenate(blocks) if blocks else codec.matrix_from_blobs([], dim)
+            index.load(rowids, matrix, corpora, expires, stale)
             self._index, self._index_version = index, version
             return index
 
@@ -642,32 +547,23 @@ class SQLiteBackend:
     def integrity_problems(self) -> list[str]:
         """SQLite's and FTS5's integrity checks, and items / FTS rows / vectors agreeing by rowid.
 
-        An empty list means the store is sound. The FTS index is compared through its
-        `docsize` shadow table: a scan of an external-content FTS5 table reads the
-        content table, so counting it proves nothing.
+        The FTS index is compared through its `docsize` shadow table: a scan of an
+        external-content FTS5 table reads the content table, so counting it proves nothing.
         """
         problems = [f"sqlite: {r[0]}" for r in self._read("PRAGMA integrity_check") if r[0] != "ok"]
         try:
             self._read("INSERT INTO items_fts (items_fts, rank) VALUES ('integrity-check', 1)")
         except StoreError as exc:
             problems.append(f"fts integrity-check: {exc}")
-        checks = [
+        checks: list[tuple[str, str]] = [
             ("FTS rows without an item",
              "SELECT count(*) FROM items_fts_docsize WHERE id NOT IN (SELECT rowid FROM items)"),
             ("items without an FTS row",
              "SELECT count(*) FROM items WHERE rowid NOT IN (SELECT id FROM items_fts_docsize)"),
         ]
         if self.vector_dim() is not None:
-            checks += [
-                ("vectors without an item",
-                 "SELECT count(*) FROM vec_items WHERE rowid NOT IN (SELECT rowid FROM items)"),
-                ("items marked embedded without a vector",
-                 "SELECT count(*) FROM items WHERE embedded_hash IS NOT NULL "
-                 "AND rowid NOT IN (SELECT rowid FROM vec_items)"),
-                ("vectors of items not marked embedded",
-                 "SELECT count(*) FROM items WHERE embedded_hash IS NULL "
-                 "AND rowid IN (SELECT rowid FROM vec_items)"),
-            ]
+            # vec0 answers one rowid lookup at a time: a set membership test is faster.
+            checks += records.vector_checks("vec_items", "i.rowid IN (SELECT rowid FROM vec_items)")
         for label, sql in checks:
             try:
                 n = int(self._read(sql)[0][0])
@@ -679,27 +575,6 @@ class SQLiteBackend:
         return problems
 
 
-def _split_sql(script: str) -> list[str]:
-    """Split a migration into statements; trigger bodies end with END;."""
-    statements: list[str] = []
-    current: list[str] = []
-    in_trigger = False
-    for line in script.splitlines():
-        stripped = line.strip()
-        if not current and (not stripped or stripped.startswith("--")):
-            continue
-        current.append(line)
-        upper = stripped.upper()
-        if upper.startswith("CREATE TRIGGER"):
-            in_trigger = True
-        if (in_trigger and upper == "END;") or (not in_trigger and stripped.endswith(";")):
-            statements.append("\n".join(current))
-            current, in_trigger = [], False
-    if current:
-        statements.append("\n".join(current))
-    return statements
-
-
 def open_sqlite(path: str | Path, **options: Any) -> SQLiteBackend:
     try:
         return SQLiteBackend(path, **options)
@@ -707,5 +582,3 @@ def open_sqlite(path: str | Path, **options: Any) -> SQLiteBackend:
         raise
     except (OSError, ValueError) as exc:
         raise StoreError(f"cannot open SQLite store {path!r}: {exc}") from exc
-
-

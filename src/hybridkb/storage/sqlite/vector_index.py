@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-Vector = npt.NDArray[np.float32]
+from ..codec import Vector
 
 
 class VectorIndex:
@@ -111,14 +111,19 @@ class VectorIndex:
                 self._alive[pos] = False
 
     def search(
-        self, query: Vector, *, corpus: str, now: float, limit: int, include_expired: bool,
-        include_stale: bool, allowed: npt.NDArray[np.int64] | None = None,
+        self, query: Vector, *, corpora: Sequence[str] | None, now: float, limit: int,
+        include_expired: bool, include_stale: bool, allowed: npt.NDArray[np.int64] | None = None,
     ) -> list[tuple[int, float]]:
-        code = self._corpus_codes.get(corpus)
-        if code is None or limit <= 0 or self._size == 0:
+        """(rowid, cosine) best first, ties by rowid, over `corpora` (None: every corpus)."""
+        if limit <= 0 or self._size == 0:
             return []
         n = self._size
-        mask = self._alive[:n] & (self._corpus[:n] == code)
+        mask = self._alive[:n].copy()
+        if corpora is not None:
+            codes = [self._corpus_codes[c] for c in corpora if c in self._corpus_codes]
+            if not codes:
+                return []
+            mask &= (self._corpus[:n] == codes[0]) if len(codes) == 1 else np.isin(self._corpus[:n], codes)
         if not include_expired:
             mask &= self._expires[:n] > now
         if not include_stale:

@@ -3,31 +3,30 @@
 One store per database. Items carry a generated, weighted `tsvector` (title 'A', text 'B');
 their vectors live in `item_vectors` (created when the embedding dimension is first known),
 joined by rowid and deleted with the item (ON DELETE CASCADE). Every write is one
-transaction. Full-text ranking is BM25 computed in SQL (see postgres_sql.py); vector search
+transaction. Full-text ranking is BM25 computed in SQL (see sql.py); vector search
 is cosine KNN through an HNSW index with pgvector's iterative scan, filters inside the query.
+What both dialects do alike (columns, conflict rule, filters, re-embed steps) is in records.py.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
-from ..errors import (
-    BackendUnavailableError,
-    DimensionMismatchError,
-    InvalidInputError,
-    StoreError,
-)
-from ..model import Item
-from ..textquery import TextQuery
-from . import migrations
-from .base import Scope, ScoredIds, Vector
+from ...errors import BackendUnavailableError, InvalidInputError, StoreError
+from ...model import Item, StoredItem
+from ...textquery import TextQuery
+from .. import codec, records
+from ..contract import ScoredIds, SearchArea, Vector
+from ..records import DEFAULT_BM25_WEIGHTS, META_PENDING_VECTOR_DIM, META_VECTOR_DIM
+from . import driver
+from .driver import redact
+
+__all__ = ["CONNECT_TIMEOUT_S", "HNSW_MIN_ROWS", "PostgresBackend", "open_postgres", "redact"]
 
 try:
     import psycopg
@@ -36,7 +35,7 @@ try:
     from psycopg.conninfo import conninfo_to_dict
     from psycopg_pool import ConnectionPool, PoolTimeout
 
-    from . import postgres_sql as q
+    from . import sql as q
 except ImportError as _exc:  # the optional extra is not installed
     _IMPORT_ERROR: ImportError | None = _exc
 else:
@@ -48,7 +47,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 INSTALL_HINT = "pip install 'hybridkb[postgres]'"
-MIN_PGVECTOR = (0, 8, 0)  # iterative index scans (filtered KNN that still fills `limit`)
 CONNECT_TIMEOUT_S = 10
 # Below this many vectors a KNN query is an exact scan (about 15 ms for 10,000 384-d vectors,
 # and exact: the SQLite backend's answers); the write that crosses it builds the HNSW index
@@ -56,11 +54,9 @@ CONNECT_TIMEOUT_S = 10
 # graph (measured: 4 ms a row for 384-d vectors). 0 builds the index with the table.
 HNSW_MIN_ROWS = 10_000
 HNSW_MAX_DIM = 2000  # pgvector's limit for an HNSW index on `vector`
-DEFAULT_BM25_WEIGHTS = (2.0, 1.0)  # (title, text), as the SQLite backend (eval harness choice)
 _RETRIES = 3  # a write that loses a deadlock or serialization race is run again
 # A phrase of stopwords only becomes an empty tsquery, with a NOTICE per query.
 _QUIET = "SET client_min_messages = warning"
-_LOCK_MIGRATE = "hybridkb.migrate"
 _LOCK_VECTORS = "hybridkb.vectors"
 
 
@@ -70,32 +66,6 @@ def _require_driver() -> None:
             f"the PostgreSQL backend needs psycopg 3, psycopg_pool and pgvector: {INSTALL_HINT} "
             f"({_IMPORT_ERROR})"
         ) from _IMPORT_ERROR
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for messages and `stats()`."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    netloc = f"{parts.username or ''}:***@{host}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-
-
-def _row_to_item(row: Sequence[Any]) -> Item:
-    return Item(
-        id=row[0], corpus=row[1], title=row[2], text=row[3], kind=row[4], scope=row[5],
-        repo=row[6], namespace=row[7], source_url=row[8], metadata=row[9],
-        created_at=row[10], updated_at=row[11], expires_at=row[12], access_count=row[13],
-        last_accessed_at=row[14], stale=row[15],
-    )
-
-
-def _to_numpy(value: Any) -> Vector:
-    raw = value.to_numpy() if hasattr(value, "to_numpy") else value
-    return np.asarray(raw, dtype=np.float32)
 
 
 class PostgresBackend:
@@ -164,35 +134,7 @@ class PostgresBackend:
         register_vector(conn)
 
     def _migrate(self, conn: Connection[Any]) -> None:
-        """Apply pending migrations in one transaction, serialized by an advisory lock."""
-        try:
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                             [_LOCK_MIGRATE])
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS schema_migrations (name text PRIMARY KEY, "
-                    "applied_at double precision NOT NULL DEFAULT extract(epoch FROM now()))")
-                done = {r[0] for r in conn.execute("SELECT name FROM schema_migrations")}
-                for name, script in migrations.load("postgres"):
-                    if name in done:
-                        continue
-                    conn.execute(script)  # several statements, no parameters
-                    conn.execute("INSERT INTO schema_migrations (name) VALUES (%s)", [name])
-            version = conn.execute(
-                "SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
-        except (pg_errors.FeatureNotSupported, pg_errors.UndefinedFile,
-                pg_errors.InsufficientPrivilege) as exc:
-            raise BackendUnavailableError(
-                f"PostgreSQL at {self.url} cannot provide the pgvector extension "
-                f"(install pgvector >= 0.8 on the server, or have an administrator run "
-                f"CREATE EXTENSION vector): {exc}") from None
-        except psycopg.Error as exc:
-            raise StoreError(f"cannot prepare the PostgreSQL store at {self.url}: {exc}") from exc
-        found = tuple(int(p) for p in str(version[0] if version else "0").split(".")[:3] if p.isdigit())
-        if found < MIN_PGVECTOR:
-            raise BackendUnavailableError(
-                f"PostgreSQL at {self.url} has pgvector {version[0] if version else 'none'}; "
-                f"hybridkb needs pgvector >= 0.8 (ALTER EXTENSION vector UPDATE)")
+        driver.migrate(conn, self.url)
 
     @contextmanager
     def _connection(self) -> Iterator[Connection[Any]]:
@@ -259,7 +201,7 @@ class PostgresBackend:
 
     @staticmethod
     def _dim(conn: Connection[Any]) -> int | None:
-        row = conn.execute("SELECT value FROM meta WHERE key = 'vector_dim'").fetchone()
+        row = conn.execute("SELECT value FROM meta WHERE key = %s", [META_VECTOR_DIM]).fetchone()
         return int(row[0]) if row else None
 
     def vector_dim(self) -> int | None:
@@ -271,52 +213,21 @@ class PostgresBackend:
 
         def work(conn: Connection[Any]) -> None:
             self._lock(conn, _LOCK_VECTORS)  # two stores opening at once create it once
-            current = self._dim(conn)
-            if current == dim:
-                return
-            if current is not None:
-                raise DimensionMismatchError(f"store holds {current}-dimensional vectors, not {dim}")
-            conn.execute(q.create_vector_table(dim))
-            conn.execute("INSERT INTO meta (key, value) VALUES ('vector_dim', %s)", [str(dim)])
-            if self.hnsw_min_rows <= 0:
+            if records.ensure_vector_table(_Tables(conn), dim) and self.hnsw_min_rows <= 0:
                 self._build_hnsw(conn, dim)
-
-        self._write(work)
-
-    def clear_vectors(self) -> None:
-        """Drop every vector (before re-embedding with a model of another dimension)."""
-        def work(conn: Connection[Any]) -> None:
-            self._lock(conn, _LOCK_VECTORS)
-            conn.execute("DROP TABLE IF EXISTS item_vectors")
-            conn.execute("DELETE FROM meta WHERE key = 'vector_dim'")
-            conn.execute("UPDATE items SET embedded_hash = NULL WHERE embedded_hash IS NOT NULL")
 
         self._write(work)
 
     # -- switching models: new vectors beside the old ones, swapped in at the end ---------------
 
-    @staticmethod
-    def _pending(conn: Connection[Any]) -> dict[str, str]:
-        return dict(conn.execute(
-            "SELECT key, value FROM meta WHERE key IN ('pending_embedder', 'pending_vector_dim')"
-        ).fetchall())
-
     def begin_reembed(self, model_id: str, dim: int) -> None:
-        """Start (or resume, for the same model and dimension) filling the pending vectors."""
         def work(conn: Connection[Any]) -> None:
             self._lock(conn, _LOCK_VECTORS)
-            wanted = {"pending_embedder": model_id, "pending_vector_dim": str(int(dim))}
-            if self._pending(conn) == wanted and conn.execute(
-                    "SELECT to_regclass('item_vectors_pending') IS NOT NULL").fetchone() == (True,):
-                return
-            conn.execute("DROP TABLE IF EXISTS item_vectors_pending")
-            conn.execute(q.create_pending_table(dim))
-            conn.cursor().executemany(q.SET_META, list(wanted.items()))
+            records.begin_reembed(_Tables(conn), model_id, dim)
 
         self._write(work)
 
     def pending_missing_ids(self, after: str, limit: int) -> list[str]:
-        """Ids (> `after`, in id order) without a pending vector for their current text."""
         return [r[0] for r in self._read(
             "SELECT i.id FROM items i LEFT JOIN item_vectors_pending p ON p.id = i.id "
             "WHERE i.id > %s AND (p.id IS NULL OR p.content_hash <> i.content_hash) "
@@ -326,51 +237,30 @@ class PostgresBackend:
         self, ids: Sequence[str], vectors: Sequence[Vector], content_hashes: Sequence[str],
     ) -> None:
         def work(conn: Connection[Any]) -> None:
-            dim = self._pending(conn).get("pending_vector_dim")
-            if dim is None:
-                raise StoreError("no re-embedding is in progress")
-            for item_id, vec in zip(ids, vectors, strict=True):
-                if len(vec) != int(dim):
-                    raise DimensionMismatchError(f"item {item_id!r}: vector has {len(vec)} "
-                                                 f"dimensions, the new model has {dim}")
+            recorded = _Tables(conn).meta([META_PENDING_VECTOR_DIM]).get(META_PENDING_VECTOR_DIM)
+            dim = records.pending_dim(recorded)
+            codec.check_dims(zip(ids, vectors, strict=True), dim, holder="the new model has")
             conn.execute(q.UPSERT_PENDING, [
-                list(ids), [np.asarray(v, dtype=np.float32) for v in vectors],
+                list(ids), codec.to_pg(vectors),
                 list(content_hashes)])
 
         self._write(work)
 
     def finish_reembed(self, model_id: str, dim: int) -> int:
-        """In one transaction: pending vectors replace the old ones, the store records the model.
-
-        Items whose text changed since their pending vector was computed (or that arrived
-        meanwhile) are left without a vector, for `ids_missing_vectors`. The HNSW index is
-        built once over the new vectors. Returns how many vectors were swapped in.
-        """
+        """The HNSW index is built once over the swapped-in vectors."""
         def work(conn: Connection[Any]) -> int:
             self._lock(conn, _LOCK_VECTORS)
-            wanted = {"pending_embedder": model_id, "pending_vector_dim": str(int(dim))}
-            if self._pending(conn) != wanted:
-                raise StoreError(f"no re-embedding to {model_id!r} is in progress")
-            conn.execute("DROP TABLE IF EXISTS item_vectors")
-            conn.execute(q.create_vector_table(dim))
-            moved = conn.execute(q.MOVE_PENDING).rowcount
-            conn.execute(q.UNMARK_NOT_PENDING)
-            conn.execute(q.MARK_PENDING)
-            conn.execute("DROP TABLE item_vectors_pending")
-            conn.execute("DELETE FROM meta WHERE key IN ('pending_embedder', 'pending_vector_dim')")
-            conn.cursor().executemany(q.SET_META, [("embedder", model_id), ("vector_dim", str(int(dim)))])
+            moved = records.finish_reembed(_Tables(conn), model_id, dim)
             if moved >= self.hnsw_min_rows:
                 self._build_hnsw(conn, dim)
-            return int(moved)
+            return moved
 
         return self._write(work)
 
     def cancel_reembed(self) -> None:
-        """Forget an unfinished re-embedding (its pending vectors are dropped)."""
         def work(conn: Connection[Any]) -> None:
             self._lock(conn, _LOCK_VECTORS)
-            conn.execute("DROP TABLE IF EXISTS item_vectors_pending")
-            conn.execute("DELETE FROM meta WHERE key IN ('pending_embedder', 'pending_vector_dim')")
+            records.cancel_reembed(_Tables(conn))
 
         self._write(work)
 
@@ -400,16 +290,9 @@ class PostgresBackend:
     ) -> None:
         if not items:
             return
-        columns: list[list[Any]] = [[] for _ in range(18)]
+        columns: list[list[Any]] = [[] for _ in records.WRITE_COLUMNS]
         for item, vec, chash in zip(items, vectors, content_hashes, strict=True):
-            values = (
-                item.id, item.corpus, item.title, item.text, item.kind, item.scope, item.repo,
-                item.namespace, item.source_url,
-                json.dumps(item.metadata, ensure_ascii=False, sort_keys=True),
-                item.created_at, item.updated_at, item.expires_at, item.access_count,
-                item.last_accessed_at, bool(item.stale), chash,
-                chash if vec is not None else None,
-            )
+            values = records.write_values(item, chash, with_vector=vec is not None)
             for column, value in zip(columns, values, strict=True):
                 column.append(value)
         statement = q.UPSERT if replace else q.INSERT
@@ -418,10 +301,7 @@ class PostgresBackend:
 
         def work(conn: Connection[Any]) -> None:
             dim, indexed = self._vector_state(conn)
-            for item, vec in with_vectors:
-                if dim is None or len(vec) != dim:
-                    raise DimensionMismatchError(
-                        f"item {item.id!r}: vector has {len(vec)} dimensions, store has {dim}")
+            codec.check_dims(((item.id, vec) for item, vec in with_vectors), dim)
             build = self._prepare_vector_write(conn, dim, indexed, bool(with_vectors))
             written = {r[1]: (r[0], r[2]) for r in conn.execute(statement, columns)}
             if dim is None:
@@ -451,7 +331,7 @@ class PostgresBackend:
                      dim: int, build: bool) -> None:
         if rowids:
             conn.execute(q.UPSERT_VECTORS, [
-                list(rowids), [np.asarray(v, dtype=np.float32) for v in vectors]])
+                list(rowids), codec.to_pg(vectors)])
         if build:
             n = conn.execute("SELECT count(*) FROM item_vectors").fetchone()
             if n is not None and n[0] >= self.hnsw_min_rows:
@@ -471,10 +351,7 @@ class PostgresBackend:
 
         def work(conn: Connection[Any]) -> int:
             dim, indexed = self._vector_state(conn)
-            for item_id, vec in by_id.items():
-                if dim is None or len(vec) != dim:
-                    raise DimensionMismatchError(
-                        f"item {item_id!r}: vector has {len(vec)} dimensions, store has {dim}")
+            codec.check_dims(by_id.items(), dim)
             assert dim is not None
             build = self._prepare_vector_write(conn, dim, indexed, True)
             rows = conn.execute(q.MARK_EMBEDDED, [list(ids), list(content_hashes)]).fetchall()
@@ -502,18 +379,12 @@ class PostgresBackend:
 
     # -- reads ----------------------------------------------------------------------------------
 
-    def get(self, ids: Sequence[str], *, include_expired: bool, now: float) -> list[Item]:
+    def get(self, ids: Sequence[str], *, include_expired: bool, now: float) -> list[StoredItem]:
         if not ids:
             return []
         rows = (self._read(q.SELECT_ITEMS, [list(ids)]) if include_expired
                 else self._read(q.SELECT_LIVE_ITEMS, [list(ids), now]))
-        found = {row[0]: _row_to_item(row) for row in rows}
-        return [found[i] for i in ids if i in found]
-
-    def existing_ids(self, ids: Sequence[str]) -> set[str]:
-        if not ids:
-            return set()
-        return {r[0] for r in self._read("SELECT id FROM items WHERE id = ANY(%s)", [list(ids)])}
+        return records.in_order(ids, {row[0]: records.row_to_item(row) for row in rows})
 
     def embedded_hashes(self, ids: Sequence[str]) -> dict[str, str]:
         if not ids:
@@ -536,14 +407,14 @@ class PostgresBackend:
             "SELECT corpus, sum(n_docs) FROM corpus_stats GROUP BY corpus "
             "HAVING sum(n_docs) > 0 ORDER BY corpus")}
 
-    def iter_items(self, batch_size: int = 500) -> Iterator[list[Item]]:
+    def iter_items(self, batch_size: int = 500) -> Iterator[list[StoredItem]]:
         last = 0
         while True:
             rows = self._read(q.SELECT_ITEMS_AFTER, [last, batch_size])
             if not rows:
                 return
             last = rows[-1][0]
-            yield [_row_to_item(r[1:]) for r in rows]
+            yield [records.row_to_item(r[1:]) for r in rows]
 
     def vectors_for(self, ids: Sequence[str]) -> dict[str, Vector]:
         if not ids:
@@ -556,7 +427,7 @@ class PostgresBackend:
                 "SELECT i.id, v.embedding FROM items i JOIN item_vectors v ON v.rowid = i.rowid "
                 "WHERE i.id = ANY(%s)", [list(ids)]).fetchall()
 
-        return {item_id: _to_numpy(vec) for item_id, vec in self._run(work, write=False)}
+        return {item_id: codec.from_pg(vec) for item_id, vec in self._run(work, write=False)}
 
     def ids_missing_vectors(self, limit: int) -> list[str]:
         return [r[0] for r in self._read(
@@ -565,63 +436,59 @@ class PostgresBackend:
 
     # -- retrieval ------------------------------------------------------------------------------
 
-    def text_search(self, query: TextQuery, scope: Scope, limit: int) -> ScoredIds:
+    def text_search(self, query: TextQuery, area: SearchArea, limit: int) -> ScoredIds:
         terms = [" ".join(term) for term in query.terms]
         if not terms or limit <= 0:
             return []
         statement, params = q.text_search(
-            terms, scope, limit, ranking=self.ranking, weights=self.bm25_weights,
+            terms, area, limit, ranking=self.ranking, weights=self.bm25_weights,
             normalization=self.ts_normalization)
         return [(r[0], float(r[1])) for r in self._read(statement, params)]
 
-    def substring_search(self, words: Sequence[str], scope: Scope, limit: int) -> ScoredIds:
+    def substring_search(self, words: Sequence[str], area: SearchArea, limit: int) -> ScoredIds:
         if not words or limit <= 0:
             return []
-        statement, params = q.substring_search(words, scope, limit)
+        statement, params = q.substring_search(words, area, limit)
         return [(r[0], float(r[1])) for r in self._read(statement, params)]
 
-    def vector_search(self, vector: Vector, scope: Scope, limit: int) -> ScoredIds:
+    def vector_search(self, vector: Vector, area: SearchArea, limit: int) -> ScoredIds:
         if limit <= 0:
             return []
-        query = np.asarray(vector, dtype=np.float32).reshape(-1)
-
         def work(conn: Connection[Any]) -> list[Any]:
             dim, indexed = self._vector_state(conn)
             if dim is None:
                 return []
-            if len(query) != dim:
-                raise DimensionMismatchError(
-                    f"query vector has {len(query)} dimensions, store has {dim}")
-            if not np.all(np.isfinite(query)) or not np.any(query):
+            query = codec.query(vector, dim)
+            if query is None or not np.any(query):  # a zero vector has no cosine
                 return []
             if not indexed:
                 # A small store: the exact scan is the fast plan, and ties fall as SQLite's.
-                statement, params = q.vector_search(query, scope, limit, exact=True)
+                statement, params = q.vector_search(query, area, limit, exact=True)
                 return conn.execute(statement, params).fetchall()
-            rows = self._knn(conn, query, scope, limit)
+            rows = self._knn(conn, query, area, limit)
             if len(rows) < limit:
                 # The graph walk stopped early (hnsw.max_scan_tuples) on a selective filter:
                 # answer exactly instead, so `limit` rows come back whenever they exist.
-                statement, params = q.vector_search(query, scope, limit, exact=True)
+                statement, params = q.vector_search(query, area, limit, exact=True)
                 rows = conn.execute(statement, params).fetchall()
             return rows
 
         return [(r[0], float(r[1])) for r in self._run(work, write=False)]
 
     @staticmethod
-    def _knn(conn: Connection[Any], query: Vector, scope: Scope, limit: int,
+    def _knn(conn: Connection[Any], query: Vector, area: SearchArea, limit: int,
              explain: bool = False) -> list[Any]:
         """The HNSW query, with its settings, in one round trip (a pipeline)."""
-        statement, params = q.vector_search(query, scope, limit, exact=False)
+        statement, params = q.vector_search(query, area, limit, exact=False)
         with conn.pipeline():
             conn.execute(q.KNN_SETTINGS, [str(q.ef_search(limit))])
             cursor = conn.execute(q.explain(statement) if explain else statement, params)
         return cursor.fetchall()
 
-    def explain_vector_search(self, vector: Vector, scope: Scope, limit: int) -> str:
+    def explain_vector_search(self, vector: Vector, area: SearchArea, limit: int) -> str:
         """EXPLAIN of the approximate KNN query (to check that the HNSW index is used)."""
-        query = np.asarray(vector, dtype=np.float32).reshape(-1)
-        rows = self._run(lambda conn: self._knn(conn, query, scope, limit, explain=True),
+        query = codec.as_array(vector)
+        rows = self._run(lambda conn: self._knn(conn, query, area, limit, explain=True),
                          write=False)
         return "\n".join(r[0] for r in rows)
 
@@ -661,3 +528,43 @@ def open_postgres(url: str, **options: Any) -> PostgresBackend:
     """Open (creating and migrating if needed) the store in the database at `url`."""
     _require_driver()
     return PostgresBackend(url, **options)
+
+
+class _Tables:
+    """records.VectorTables inside one PostgreSQL write transaction."""
+
+    def __init__(self, conn: Connection[Any]) -> None:
+        self.conn = conn
+
+    def meta(self, keys: Sequence[str]) -> dict[str, str]:
+        return dict(self.conn.execute(
+            "SELECT key, value FROM meta WHERE key = ANY(%s)", [list(keys)]).fetchall())
+
+    def set_meta(self, pairs: Sequence[tuple[str, str]]) -> None:
+        self.conn.cursor().executemany(q.SET_META, list(pairs))
+
+    def delete_meta(self, keys: Sequence[str]) -> None:
+        self.conn.execute("DELETE FROM meta WHERE key = ANY(%s)", [list(keys)])
+
+    def create_vector_table(self, dim: int) -> None:
+        self.conn.execute(q.create_vector_table(dim))
+
+    def replace_vector_table(self, dim: int) -> None:
+        self.conn.execute("DROP TABLE IF EXISTS item_vectors")
+        self.conn.execute(q.create_vector_table(dim))
+
+    def has_pending_table(self) -> bool:
+        row = self.conn.execute("SELECT to_regclass('item_vectors_pending') IS NOT NULL").fetchone()
+        return row == (True,)
+
+    def create_pending_table(self, dim: int) -> None:
+        self.conn.execute(q.create_pending_table(dim))
+
+    def drop_pending_table(self) -> None:
+        self.conn.execute("DROP TABLE IF EXISTS item_vectors_pending")
+
+    def move_pending_vectors(self) -> int:
+        moved = self.conn.execute(q.MOVE_PENDING).rowcount
+        self.conn.execute(q.UNMARK_NOT_PENDING)
+        self.conn.execute(q.MARK_PENDING)
+        return int(moved)

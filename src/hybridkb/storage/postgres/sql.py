@@ -11,8 +11,8 @@ floored at 1e-6, one term per query phrase), from exact ingredients:
   they are counted among the matching rows of the same query;
 - N and the average length: `corpus_stats`, kept exact by triggers. A document's length is
   its number of distinct lexemes (`length(tsvector)`), which a tsvector knows for free.
-Statistics are per corpus (SQLite's span the whole file); expired and stale items count in
-them as in FTS5, while the filters decide which items come back.
+Statistics are those of the corpora searched (SQLite's span the whole file); expired and
+stale items count in them as in FTS5, while the filters decide which items come back.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ from typing import Any
 
 from psycopg import sql
 
-from .base import Scope, Vector
+from .. import records
+from ..contract import SearchArea, Vector
+from ..records import META_VECTOR_DIM
 
 RANKINGS = ("bm25", "ts_rank", "ts_rank_cd")
 BM25_K1 = 1.2
@@ -31,16 +33,11 @@ BM25_B = 0.75
 EF_SEARCH_MIN = 40
 EF_SEARCH_MAX = 1000  # pgvector's bound; an iterative scan goes on past it when filtering
 
-_COLUMNS = (
-    "id", "corpus", "title", "text", "kind", "scope", "repo", "namespace", "source_url",
-    "metadata", "created_at", "updated_at", "expires_at", "access_count", "last_accessed_at",
-    "stale",
-)
 _TYPES = (
     "text", "text", "text", "text", "text", "text", "text", "text", "text", "jsonb", "float8",
     "float8", "float8", "bigint", "float8", "boolean", "text", "text",
 )
-_ITEM_COLUMNS = sql.SQL(", ").join(sql.Identifier(c) for c in _COLUMNS)
+_ITEM_COLUMNS = sql.SQL(", ").join(sql.Identifier(c) for c in records.ITEM_COLUMNS)
 
 SELECT_ITEMS = sql.SQL("SELECT {} FROM items WHERE id = ANY(%s)").format(_ITEM_COLUMNS)
 SELECT_LIVE_ITEMS = sql.SQL(
@@ -55,29 +52,15 @@ _INSERT = (
     "INSERT INTO items ({columns}, content_hash, embedded_hash) SELECT * FROM unnest({arrays}) "
     "{conflict} RETURNING rowid, id, embedded_hash"
 )
-# An existing row keeps created_at, access_count and last_accessed_at, and keeps its vector
-# when the content hash is unchanged (the SQLite backend's rule).
-_ON_CONFLICT = (
-    "ON CONFLICT (id) DO UPDATE SET corpus = excluded.corpus, title = excluded.title, "
-    "text = excluded.text, kind = excluded.kind, scope = excluded.scope, "
-    "repo = excluded.repo, namespace = excluded.namespace, source_url = excluded.source_url, "
-    "metadata = excluded.metadata, updated_at = excluded.updated_at, "
-    "expires_at = excluded.expires_at, stale = excluded.stale, "
-    "content_hash = excluded.content_hash, "
-    "embedded_hash = CASE WHEN excluded.embedded_hash IS NOT NULL THEN excluded.embedded_hash "
-    "WHEN items.content_hash = excluded.content_hash THEN items.embedded_hash ELSE NULL END"
-)
 _ARRAYS = sql.SQL(", ").join(sql.SQL("%s::{}[]").format(sql.SQL(t)) for t in _TYPES)
 INSERT = sql.SQL(_INSERT).format(columns=_ITEM_COLUMNS, arrays=_ARRAYS, conflict=sql.SQL(""))
 UPSERT = sql.SQL(_INSERT).format(columns=_ITEM_COLUMNS, arrays=_ARRAYS,
-                                 conflict=sql.SQL(_ON_CONFLICT))
+                                 conflict=sql.SQL(records.ON_CONFLICT_REPLACE))
 
 UPSERT_VECTORS = sql.SQL(
     "INSERT INTO item_vectors (rowid, embedding) SELECT * FROM unnest(%s::bigint[], %s::vector[]) "
     "ON CONFLICT (rowid) DO UPDATE SET embedding = excluded.embedding")
-SET_META = sql.SQL(
-    "INSERT INTO meta (key, value) VALUES (%s, %s) "
-    "ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+SET_META = sql.SQL(records.set_meta_sql("%s"))
 # write_vectors: only items whose text still has the hash the vector was computed from.
 MARK_EMBEDDED = sql.SQL(
     "UPDATE items SET embedded_hash = u.h FROM unnest(%s::text[], %s::text[]) AS u (id, h) "
@@ -100,8 +83,8 @@ CREATE_HNSW = sql.SQL(
     "CREATE INDEX IF NOT EXISTS item_vectors_hnsw ON item_vectors "
     "USING hnsw (embedding vector_cosine_ops)")
 VECTOR_STATE = sql.SQL(
-    "SELECT (SELECT value FROM meta WHERE key = 'vector_dim'), "
-    "to_regclass('item_vectors_hnsw') IS NOT NULL")
+    "SELECT (SELECT value FROM meta WHERE key = {}), "
+    "to_regclass('item_vectors_hnsw') IS NOT NULL").format(sql.Literal(META_VECTOR_DIM))
 # Session settings of the pooled connection (they only steer HNSW scans), sent with each
 # KNN query: relaxed_order lets a filtered scan continue past ef_search until it has found
 # `limit` rows that pass the filter (pgvector >= 0.8).
@@ -115,17 +98,7 @@ STATS_CHECK = sql.SQL(
     "FROM (SELECT corpus, count(*) AS n, sum(length(tsv)) AS len FROM items GROUP BY corpus) a "
     "FULL JOIN (SELECT corpus, sum(n_docs) AS n, sum(total_len) AS len FROM corpus_stats "
     "GROUP BY corpus) b USING (corpus) ORDER BY corpus")
-VECTOR_CHECKS = (
-    ("vectors without an item", sql.SQL(
-        "SELECT count(*) FROM item_vectors v "
-        "WHERE NOT EXISTS (SELECT 1 FROM items i WHERE i.rowid = v.rowid)")),
-    ("items marked embedded without a vector", sql.SQL(
-        "SELECT count(*) FROM items i WHERE i.embedded_hash IS NOT NULL "
-        "AND NOT EXISTS (SELECT 1 FROM item_vectors v WHERE v.rowid = i.rowid)")),
-    ("vectors of items not marked embedded", sql.SQL(
-        "SELECT count(*) FROM items i JOIN item_vectors v ON v.rowid = i.rowid "
-        "WHERE i.embedded_hash IS NULL")),
-)
+VECTOR_CHECKS = tuple((label, sql.SQL(check)) for label, check in records.vector_checks("item_vectors"))
 HNSW_VALID = sql.SQL(
     "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass('item_vectors_hnsw')")
 
@@ -170,37 +143,32 @@ def _json_values(values: Sequence[Any]) -> list[str]:
     return out
 
 
-def filter_sql(scope: Scope, *, corpus: bool = True) -> tuple[sql.Composable, list[Any]]:
-    """Conditions (joined by AND) on `items i` and their bound values for a Scope."""
-    f = scope.filters
-    clauses: list[sql.Composable] = []
-    params: list[Any] = []
-    if corpus:
-        clauses.append(sql.SQL("i.corpus = %s"))
-        params.append(scope.corpus)
-    if not f.include_expired:
-        clauses.append(sql.SQL("(i.expires_at IS NULL OR i.expires_at > %s)"))
-        params.append(scope.now)
-    if not f.include_stale:
-        clauses.append(sql.SQL("NOT i.stale"))
-    for column, values in (("kind", f.kinds), ("scope", f.scope), ("repo", f.repo),
-                           ("namespace", f.namespace)):
-        if values:
-            clauses.append(sql.SQL("i.{} = ANY(%s::text[])").format(sql.Identifier(column)))
-            params.append(list(values))
-    for key, values in f.metadata:
-        clauses.append(sql.SQL("i.metadata -> %s::text = ANY(%s::jsonb[])"))
-        params.extend((key, _json_values(values)))
-    for column, op, value in (("created_at", ">=", f.created_after),
-                              ("created_at", "<", f.created_before),
-                              ("updated_at", ">=", f.updated_after),
-                              ("updated_at", "<", f.updated_before)):
-        if value is not None:
-            clauses.append(sql.SQL("i.{} {} %s").format(sql.Identifier(column), sql.SQL(op)))
-            params.append(value)
-    if not clauses:
-        return sql.SQL("true"), params
-    return sql.SQL(" AND ").join(clauses), params
+def _one_of(column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+    return f"{column} = ANY(%s::text[])", [list(values)]
+
+
+def _metadata_in(alias: str, key: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+    return f"{alias}.metadata -> %s::text = ANY(%s::jsonb[])", [key, _json_values(values)]
+
+
+_DIALECT = records.FilterDialect(
+    mark="%s", one_of=_one_of, is_false=lambda column: f"NOT {column}", metadata_in=_metadata_in)
+
+
+def filter_sql(area: SearchArea, *, corpus: bool = True) -> tuple[sql.Composable, list[Any]]:
+    """Conditions (joined by AND) on `items i` and their bound values for a SearchArea."""
+    clauses, params = records.filter_conditions(area, _DIALECT, corpus=corpus)
+    return sql.SQL(" AND ".join(clauses) or "true"), params
+
+
+def _in_corpora(column: str, corpora: Sequence[str] | None) -> tuple[sql.Composable, list[Any]]:
+    """`column` names one of the corpora searched (None: every corpus)."""
+    if corpora is None:
+        return sql.SQL("true"), []
+    if len(corpora) == 1:
+        return sql.SQL(f"{column} = %s"), [corpora[0]]
+    clause, params = _one_of(column, corpora)
+    return sql.SQL(clause), params
 
 
 # -- full text -------------------------------------------------------------------------------
@@ -238,7 +206,7 @@ m AS MATERIALIZED (
     -- `|| ''` detoasts each tsvector once here rather than once per term below.
     SELECT i.rowid, i.id, i.tsv || ''::tsvector AS tsv, length(i.tsv) AS dl, {ok} AS ok
     FROM items i
-    WHERE i.corpus = %s AND i.tsv @@ ({query})
+    WHERE {in_corpora} AND i.tsv @@ ({query})
 ),
 f AS MATERIALIZED (
     SELECT m.rowid, t.ord, c.n, {weighted} AS tf
@@ -248,7 +216,7 @@ d AS (SELECT ord, count(*)::float8 AS df FROM f WHERE n > 0 GROUP BY ord),
 s AS (
     SELECT coalesce(sum(n_docs), 0)::float8 AS n,
            greatest(coalesce(sum(total_len)::float8 / nullif(sum(n_docs), 0), 1), 1) AS avgdl
-    FROM corpus_stats WHERE corpus = %s
+    FROM corpus_stats WHERE {stats_in_corpora}
 )
 SELECT m.id, sum(
     greatest(ln((greatest(s.n, d.df) - d.df + 0.5) / (d.df + 0.5)), 1e-6)
@@ -270,17 +238,19 @@ LIMIT %s
 
 
 def text_search(
-    terms: Sequence[str], scope: Scope, limit: int, *, ranking: str = "bm25",
+    terms: Sequence[str], area: SearchArea, limit: int, *, ranking: str = "bm25",
     weights: tuple[float, float] = (1.0, 1.0), normalization: int = 0,
 ) -> tuple[sql.Composed, list[Any]]:
     """BM25 (or ts_rank / ts_rank_cd, kept for measurement) over the OR of `terms`."""
     if ranking != "bm25":
-        where, params = filter_sql(scope)
+        where, params = filter_sql(area)
         statement = sql.SQL(_TS_RANK).format(
             function=sql.Identifier(ranking), normalization=sql.Literal(int(normalization)),
             query=_or_query(len(terms)), filters=where)
         return statement, [*terms, *params, limit]
-    ok, ok_params = filter_sql(scope, corpus=False)
+    ok, ok_params = filter_sql(area, corpus=False)
+    in_corpora, corpus_params = _in_corpora("i.corpus", area.corpora)
+    stats_in_corpora, stats_params = _in_corpora("corpus", area.corpora)
     title_weight, text_weight = weights
     n = _term_frequency("{1,1,1,1}")
     if (title_weight, text_weight) == (1.0, 1.0):
@@ -291,16 +261,17 @@ def text_search(
         weighted = sql.SQL("{} * c.nt + {} * (c.n - c.nt)").format(
             sql.Literal(float(title_weight)), sql.Literal(float(text_weight)))
     statement = sql.SQL(_BM25).format(
-        ok=sql.SQL("({})").format(ok), query=_or_query(len(terms)), n=n, n_title=n_title,
+        ok=sql.SQL("({})").format(ok), in_corpora=in_corpora, stats_in_corpora=stats_in_corpora,
+        query=_or_query(len(terms)), n=n, n_title=n_title,
         weighted=weighted, k1=sql.Literal(BM25_K1), b=sql.Literal(BM25_B))
-    return statement, [list(terms), *ok_params, scope.corpus, *terms, scope.corpus, limit]
+    return statement, [list(terms), *ok_params, *corpus_params, *terms, *stats_params, limit]
 
 
 def substring_search(
-    words: Sequence[str], scope: Scope, limit: int,
+    words: Sequence[str], area: SearchArea, limit: int,
 ) -> tuple[sql.Composed, list[Any]]:
     """Items scored by how many (word, field) pairs contain the word, as SQLite's instr()."""
-    where, params = filter_sql(scope)
+    where, params = filter_sql(area)
     hits = sql.SQL(" + ").join(
         [sql.SQL("(strpos(lower(i.text), %s) > 0)::int "
                  "+ (strpos(lower(coalesce(i.title, '')), %s) > 0)::int")] * len(words))
@@ -336,9 +307,9 @@ LIMIT %s
 """
 
 
-def vector_search(query: Vector, scope: Scope, limit: int, *,
+def vector_search(query: Vector, area: SearchArea, limit: int, *,
                   exact: bool) -> tuple[sql.Composed, list[Any]]:
     """KNN by cosine: (id, similarity) best first; relaxed-order results are re-sorted."""
-    where, params = filter_sql(scope)
+    where, params = filter_sql(area)
     statement = sql.SQL(_EXACT if exact else _KNN).format(filters=where)
     return statement, [query, *params, query, limit]

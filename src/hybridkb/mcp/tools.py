@@ -1,0 +1,273 @@
+"""The MCP tool bodies over KnowledgeBase, the error mapping, and text snippets.
+
+Tools return pydantic models (see `schemas`) and never print: on stdio, stdout is
+the protocol. Library errors become tool errors with their message in one place
+(`tool_errors`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any
+
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, ContentBlock, TextContent
+from pydantic import BaseModel, Field
+
+from ..errors import HybridKBError, InvalidInputError, NotFoundError
+from ..model import Mode, SearchResult, iso
+from ..store import MEMORY_CORPUS, KnowledgeBase
+from .schemas import (
+    MAX_GET_IDS,
+    CorporaArg,
+    CorporaOut,
+    CorpusOut,
+    ForgetOut,
+    GetOut,
+    HitOut,
+    KindsArg,
+    LimitArg,
+    RememberOut,
+    SearchOut,
+    item_out,
+)
+
+SNIPPET_CHARS = 200
+
+# -- snippets (pure) ----------------------------------------------------------------------------
+
+_WORD = re.compile(r"\w+")
+
+
+def snippet(text: str, query: str, width: int = SNIPPET_CHARS) -> str:
+    """A window of about `width` characters of `text` holding the most query terms.
+
+    Whitespace is collapsed; a term matches a word that starts with it
+    (case-insensitive), so "migrat" finds "migration_032". With no match the
+    text's beginning is returned. "…" marks a cut at either end.
+    """
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    terms = sorted({t for t in _WORD.findall(query.lower()) if len(t) > 1 or t.isdigit()},
+                   key=len, reverse=True)
+    hits: list[tuple[int, str]] = []
+    for match in _WORD.finditer(flat):
+        word = match.group().lower()
+        term = next((t for t in terms if word.startswith(t)), None)
+        if term is not None:
+            hits.append((match.start(), term))
+            if len(hits) >= 500:
+                break
+    lead = width // 4
+    start = 0
+    if hits:
+        best = (-1, -1)
+        for i, (pos, _) in enumerate(hits):
+            covered = [t for p, t in hits[i:] if p < pos + width - lead]
+            key = (len(set(covered)), len(covered))
+            if key > best:
+                best, start = key, max(0, pos - lead)
+    end = min(len(flat), start + width)
+    start = max(0, end - width)
+    if start > 0:
+        space = flat.find(" ", start, start + 20)
+        start = space + 1 if space != -1 else start
+    if end < len(flat):
+        space = flat.rfind(" ", end - 20, end)
+        end = space if space != -1 else end
+    return ("…" if start > 0 else "") + flat[start:end] + ("…" if end < len(flat) else "")
+
+
+# -- error mapping and result shaping: the one place ---------------------------------------------
+
+def tool_errors(fn: Callable[..., BaseModel]) -> Callable[..., CallToolResult]:
+    """Run a tool: HybridKBError -> a tool error carrying its message; model -> compact result.
+
+    The SDK reads the signature (and the output schema) through `__wrapped__`.
+    Anything else that escapes is logged to stderr by the SDK and reaches the
+    client as a generic error, never as a traceback.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> CallToolResult:
+        try:
+            out = fn(*args, **kwargs)
+        except HybridKBError as exc:
+            raise ToolError(str(exc)) from exc
+        data = out.model_dump(mode="json")
+        # Compact JSON for the text block: agents pay for every token.
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        content: list[ContentBlock] = [TextContent(type="text", text=text)]
+        return CallToolResult(content=content, structured_content=data)
+
+    return wrapper
+
+
+# -- the tools --------------------------------------------------------------------------------
+
+class Tools:
+    """The tool bodies: argument translation over KnowledgeBase, corpus visibility, result shaping."""
+
+    def __init__(self, kb: KnowledgeBase, read_only: bool, corpora: Sequence[str] | None) -> None:
+        self.kb = kb
+        self.read_only = read_only
+        self.allowed: tuple[str, ...] | None = tuple(dict.fromkeys(corpora)) if corpora else None
+
+    # -- corpus visibility --------------------------------------------------------------------
+
+    def _visible(self, corpus: str) -> bool:
+        return self.allowed is None or corpus in self.allowed
+
+    def _search_corpora(self, requested: list[str] | None,
+                        default: list[str] | None) -> list[str] | None:
+        """The corpora a search may read; [] means "none of the visible ones exist yet"."""
+        if self.allowed is None:
+            return requested if requested is not None else default
+        if requested is None:
+            requested = default if default is not None else list(self.allowed)
+        outside = [c for c in requested if c not in self.allowed]
+        if outside:
+            raise NotFoundError(
+                f"corpus {', '.join(map(repr, outside))} is not available on this server; "
+                f"available: {', '.join(self.allowed)}")
+        # Resolve existence here so the store's "unknown corpus" message (which lists
+        # every corpus in the store) never names corpora outside the allowed set.
+        existing = self.kb.corpora()
+        return [c for c in requested if c in existing]
+
+    def _write_corpus(self, corpus: str | None) -> str:
+        if corpus is None:
+            if self.allowed is None or MEMORY_CORPUS in self.allowed:
+                return MEMORY_CORPUS
+            return self.allowed[0]
+        if not self._visible(corpus):
+            assert self.allowed is not None
+            raise InvalidInputError(
+                f"corpus {corpus!r} is not writable on this server; "
+                f"writable: {', '.join(self.allowed)}")
+        return corpus
+
+    def _result(self, result: SearchResult | None, query: str, mode: str) -> SearchOut:
+        if result is None:
+            return SearchOut(query=query, mode=mode, answered_by="none", degraded=False,
+                             notes=["none of the requested corpora has any items yet"], hits=[])
+        vector_missing = mode != "fts" and not self.kb.has_vectors
+        degraded = result.answered_by not in (mode, "none") or vector_missing
+        hits = [
+            HitOut(id=h.id, corpus=h.corpus, title=h.title, kind=h.kind,
+                   snippet=snippet(h.text, query), score=round(h.score, 6),
+                   source=h.source_label, url=h.source_url)
+            for h in result.hits
+        ]
+        return SearchOut(query=result.query, mode=result.mode, answered_by=result.answered_by,
+                         degraded=degraded, notes=list(result.notes), hits=hits)
+
+    @staticmethod
+    def _filters(filters: dict[str, Any] | None, **extra: Any) -> dict[str, Any] | None:
+        out = dict(filters or {})
+        for key, value in extra.items():
+            if value is None:
+                continue
+            if key in out or (key == "kinds" and "kind" in out):
+                raise InvalidInputError(
+                    f"give {key!r} either as an argument or inside filters, not both")
+            out[key] = value
+        return out or None
+
+    # -- read tools ---------------------------------------------------------------------------
+
+    def search(
+        self,
+        query: Annotated[str, Field(
+            description="What to look for: words, identifiers or a question.")],
+        corpora: CorporaArg = None,
+        kinds: KindsArg = None,
+        filters: Annotated[dict[str, Any] | None, Field(description=(
+            "Extra conditions: scope, repo, namespace (string or list), metadata "
+            "({key: value}), created_after / created_before (ISO-8601), include_stale."))] = None,
+        limit: LimitArg = 10,
+        mode: Annotated[Mode, Field(description=(
+            "hybrid (default: full text + vectors), fts (exact words and identifiers), "
+            "vector (meaning only)."))] = "hybrid",
+    ) -> SearchOut:
+        names = self._search_corpora(corpora, None)
+        if names == []:
+            return self._result(None, query, mode)
+        result = self.kb.search(query, mode=mode, limit=limit, corpora=names,
+                                filters=self._filters(filters, kinds=kinds))
+        return self._result(result, query, mode)
+
+    def recall(
+        self,
+        query: Annotated[str, Field(description="What you want to remember, in your own words.")],
+        limit: LimitArg = 10,
+        kinds: KindsArg = None,
+        scope: Annotated[str | None, Field(
+            description="Only memories stored with this scope.")] = None,
+        corpora: CorporaArg = None,
+    ) -> SearchOut:
+        default = None
+        if corpora is None and self.allowed is not None:
+            default = [MEMORY_CORPUS] if MEMORY_CORPUS in self.allowed and \
+                self.kb.count(MEMORY_CORPUS) else list(self.allowed)
+        names = self._search_corpora(corpora, default)
+        if names == []:
+            return self._result(None, query, "hybrid")
+        result = self.kb.recall(query, limit=limit, corpora=names,
+                                filters=self._filters(None, kinds=kinds, scope=scope),
+                                touch=not self.read_only)
+        return self._result(result, query, "hybrid")
+
+    def get(
+        self,
+        ids: Annotated[list[str], Field(min_length=1, max_length=MAX_GET_IDS,
+                                        description="Item ids from search or recall hits.")],
+    ) -> GetOut:
+        found = [it for it in self.kb.get_many(ids) if self._visible(it.corpus)]
+        seen = {it.id for it in found}
+        return GetOut(items=[item_out(it) for it in found],
+                      missing=[i for i in dict.fromkeys(ids) if i not in seen])
+
+    def list_corpora(self) -> CorporaOut:
+        counts = self.kb.corpora()
+        names = sorted(counts) if self.allowed is None else list(self.allowed)
+        return CorporaOut(
+            corpora=[CorpusOut(name=n, count=counts.get(n, 0)) for n in names],
+            vector_search=self.kb.has_vectors, embedder=self.kb.embedder_name,
+            read_only=self.read_only,
+        )
+
+    # -- write tools --------------------------------------------------------------------------
+
+    def remember(
+        self,
+        text: Annotated[str, Field(description="The memory itself, self-contained.")],
+        kind: Annotated[str, Field(description=(
+            "decision and lesson rank highest in recall; summary and temp_note lower; "
+            "memory is neutral."))] = "memory",
+        scope: Annotated[str | None, Field(
+            description="Optional grouping, e.g. a project.")] = None,
+        ttl: Annotated[float | None, Field(
+            gt=0, description="Expire after this many seconds.")] = None,
+        metadata: Annotated[dict[str, Any] | None, Field(
+            description="JSON object kept with it.")] = None,
+        corpus: Annotated[str | None, Field(description=(
+            "Where to store it; default 'memory' (or this server's first corpus)."))] = None,
+    ) -> RememberOut:
+        target = self._write_corpus(corpus)
+        new_id = self.kb.remember(text, kind=kind, scope=scope, ttl=ttl, metadata=metadata,
+                                  corpus=target)
+        item = self.kb.get(new_id)
+        return RememberOut(id=new_id, corpus=target, expires_at=iso(item.expires_at))
+
+    def forget(
+        self, id: Annotated[str, Field(description="The id of the item to delete.")],
+    ) -> ForgetOut:
+        item = self.kb.get(id, include_expired=True)
+        if not self._visible(item.corpus):
+            raise NotFoundError(f"no item with id {id!r}")
+        return ForgetOut(id=id, deleted=self.kb.forget(id))

@@ -1,0 +1,111 @@
+"""The one vector codec: dtype, the dimension check, and each dialect's wire form.
+
+Vectors are float32 everywhere. sqlite-vec stores them as little-endian float32 blobs;
+pgvector's psycopg adapter takes and returns numpy arrays. Every place that writes or
+reads a vector goes through here, so a vector of the wrong size is refused with the
+same error wherever it enters, and the byte layout is defined once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import DimensionMismatchError, InvalidInputError
+
+DTYPE = np.float32
+_BLOB_DTYPE = np.dtype("<f4")  # sqlite-vec's float[] layout
+Vector = npt.NDArray[np.float32]
+
+
+def check_dim(vector: Sequence[float] | Vector, dim: int | None, *, label: str,
+              holder: str = "store has") -> None:
+    """Raise DimensionMismatchError unless `vector` has `dim` entries (None: no vectors yet).
+
+    `label` names the vector (``item 'x': vector``, ``query vector``) and `holder` what
+    sets the size (``store has``, ``the new model has``).
+    """
+    if dim is None or len(vector) != dim:
+        raise DimensionMismatchError(f"{label} has {len(vector)} dimensions, {holder} {dim}")
+
+
+def check_dims(labelled: Iterable[tuple[str | None, Sequence[float] | Vector]], dim: int | None, *,
+               holder: str = "store has") -> None:
+    """check_dim for each (item id, vector)."""
+    for item_id, vector in labelled:
+        check_dim(vector, dim, label=f"item {item_id!r}: vector", holder=holder)
+
+
+def as_array(vector: Any) -> Vector:
+    """float32, one dimension (a one-row batch, as embedders return it, is flattened)."""
+    return np.asarray(vector, dtype=DTYPE).reshape(-1)
+
+
+def normalized(value: Any, dim: int | None, *, label: str) -> Vector:
+    """A caller's vector made storable: float32, flat, `dim` long, finite, unit length.
+
+    Bad values are InvalidInputError, a wrong size DimensionMismatchError (`dim` None:
+    any size). `label` names the vector in messages, e.g. ``item 'x'``.
+    """
+    try:
+        vec = np.asarray(value, dtype=DTYPE)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidInputError(f"{label}: vector is not a list of numbers") from exc
+    if vec.ndim == 2 and vec.shape[0] == 1:  # one row of a batch, as embedders return it
+        vec = vec[0]
+    if vec.ndim != 1:
+        raise InvalidInputError(f"{label}: vector is not a flat list of numbers")
+    if dim is not None and vec.size != dim:
+        raise DimensionMismatchError(
+            f"{label}: vector has {vec.size} dimensions, the store uses {dim}")
+    if not np.all(np.isfinite(vec)):
+        raise InvalidInputError(f"{label}: vector has NaN or infinite values")
+    norm = float(np.linalg.norm(vec))
+    if norm == 0.0:
+        raise InvalidInputError(f"{label}: vector is all zeros")
+    out: Vector = vec / norm
+    return out
+
+
+def query(vector: Any, dim: int) -> Vector | None:
+    """A query vector checked against the store's size; None when it has NaN or infinities
+    (such a query finds nothing, it is not an error)."""
+    q = as_array(vector)
+    check_dim(q, dim, label="query vector")
+    return q if bool(np.all(np.isfinite(q))) else None
+
+
+# -- sqlite-vec: little-endian float32 blobs -----------------------------------------------
+
+
+def to_blob(vector: Sequence[float] | Vector) -> bytes:
+    return np.asarray(vector, dtype=_BLOB_DTYPE).tobytes()
+
+
+def from_blob(blob: bytes) -> Vector:
+    return np.frombuffer(blob, dtype=_BLOB_DTYPE).astype(DTYPE)
+
+
+def matrix_from_blobs(blobs: Sequence[bytes], dim: int) -> npt.NDArray[np.float32]:
+    """Rows of a (len(blobs), dim) float32 matrix, decoded in one go."""
+    if not blobs:
+        return np.zeros((0, dim), dtype=DTYPE)
+    flat = np.frombuffer(b"".join(blobs), dtype=_BLOB_DTYPE).astype(DTYPE, copy=False)
+    return flat.reshape(len(blobs), dim)
+
+
+# -- pgvector: numpy arrays through pgvector.psycopg's adapter ------------------------------
+
+
+def to_pg(vectors: Iterable[Sequence[float] | Vector]) -> list[Vector]:
+    """Values for a `vector[]` parameter."""
+    return [np.asarray(v, dtype=DTYPE) for v in vectors]
+
+
+def from_pg(value: Any) -> Vector:
+    """A `vector` column's value (pgvector's Vector or a numpy array) as float32."""
+    raw = value.to_numpy() if hasattr(value, "to_numpy") else value
+    return np.asarray(raw, dtype=DTYPE)

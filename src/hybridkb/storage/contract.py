@@ -1,0 +1,145 @@
+"""The storage contract: what KnowledgeBase and the pipeline may ask of a store.
+
+A dialect (sqlite/, postgres/) implements `Backend`; nothing above this layer knows SQL,
+and nothing here knows fusion. This is the whole list: every method is called by
+store.py or pipeline.py, except `integrity_problems`, which the tests (and a future
+`check` command) call to prove the store sound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..model import Filters, Item, StoredItem
+from ..textquery import TextQuery
+from .codec import Vector
+
+__all__ = ["Backend", "ScoredIds", "SearchArea", "Vector"]
+
+ScoredIds = list[tuple[str, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class SearchArea:
+    """Where one retrieval looks: which corpora (None: every corpus), the filters, and the
+    clock that decides expiry. Applied inside each query, never after it."""
+
+    corpora: tuple[str, ...] | None
+    filters: Filters
+    now: float
+
+    def __post_init__(self) -> None:
+        if self.corpora is not None and not self.corpora:
+            raise ValueError("SearchArea.corpora is None (every corpus) or names at least one")
+
+
+class Backend(Protocol):
+    """A store's system of record: items, their vectors, and a few meta keys.
+
+    Transactions: every method that writes is one transaction; items, full-text rows and
+    vectors change together or not at all, and a failed write changes nothing. Reads see
+    committed data only. Safe to call from several threads. Errors are HybridKBError
+    subclasses (StoreError, InvalidInputError, DimensionMismatchError,
+    BackendUnavailableError), never a driver's exception.
+
+    Retrievals return `(id, score)` best first, ties by storage order; scores are
+    higher-is-better (BM25 as a positive number, cosine similarity, substring hit count).
+    """
+
+    url: str  # where the store lives, without a password (for messages and stats)
+    bm25_weights: tuple[float, float]  # full-text column weights (title, text)
+
+    # -- meta ---------------------------------------------------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        """The value of a meta key (records.META_*), None when unset."""
+    def set_meta(self, key: str, value: str) -> None:
+        """Set a meta key (insert or replace)."""
+
+    # -- vector storage -------------------------------------------------------------------------
+    def vector_dim(self) -> int | None:
+        """The dimension of stored vectors; None until the vector table exists."""
+    def ensure_vector_storage(self, dim: int) -> None:
+        """Create the vector table for `dim` if there is none (safe when several stores
+        race to do it); DimensionMismatchError when it exists with another dimension."""
+
+    # -- writes -----------------------------------------------------------------------------------
+    def upsert(
+        self, items: Sequence[Item], vectors: Sequence[Vector | None], content_hashes: Sequence[str],
+        *, replace: bool,
+    ) -> None:
+        """Write items (ids set) with their vectors and content hashes, in one transaction.
+
+        `replace=False`: an existing id is InvalidInputError and nothing is written.
+        `replace=True`: an existing item takes the new fields but keeps created_at,
+        access_count and last_accessed_at, and keeps its vector when its content hash is
+        unchanged and no new vector is given (records.ON_CONFLICT_REPLACE). A vector of
+        the wrong size is DimensionMismatchError.
+        """
+    def write_vectors(
+        self, ids: Sequence[str], vectors: Sequence[Vector], content_hashes: Sequence[str],
+    ) -> int:
+        """Vectors (and `embedded_hash`) only, for items whose content hash still matches;
+        item rows are not rewritten. One transaction. Returns how many items got their vector."""
+    def delete(self, ids: Sequence[str]) -> int:
+        """Delete items with their full-text rows and vectors; returns how many existed."""
+    def touch(self, ids: Sequence[str], now: float) -> None:
+        """access_count += 1 and last_accessed_at = now, for the ids that exist."""
+    def purge_expired(self, now: float) -> int:
+        """Delete every item with expires_at <= now; returns how many."""
+
+    # -- reads --------------------------------------------------------------------------------------
+    def get(self, ids: Sequence[str], *, include_expired: bool, now: float) -> list[StoredItem]:
+        """The items that exist, in the order asked (missing ids skipped)."""
+    def embedded_hashes(self, ids: Sequence[str]) -> dict[str, str]:
+        """id -> the content hash its current vector was computed from (ids with one)."""
+    def count(self, corpus: str | None = None) -> int:
+        """Items in `corpus`, or in the store (expired and stale ones included)."""
+    def corpora(self) -> dict[str, int]:
+        """Corpus name -> number of items, for every corpus holding any, by name."""
+    def iter_items(self, batch_size: int = 500) -> Iterator[list[StoredItem]]:
+        """Every item in storage order, batch by batch (each batch one read)."""
+    def vectors_for(self, ids: Sequence[str]) -> dict[str, Vector]:
+        """id -> stored vector, for the ids that have one."""
+    def ids_missing_vectors(self, limit: int) -> list[str]:
+        """Up to `limit` ids, in storage order, without a vector of their current text."""
+
+    # -- switching embedding models (KnowledgeBase.reembed) -------------------------------------
+    # The new vectors are written beside the old ones, keyed by item id with the content hash
+    # they were computed from, and swapped in by one transaction at the end; until then the
+    # store keeps its old model and vectors. The state machine is records.begin_reembed /
+    # finish_reembed / cancel_reembed: resumable (`begin_reembed` with the same model and
+    # dimension keeps what is pending; another model starts over); the model being switched
+    # to is kept in META_PENDING_EMBEDDER / META_PENDING_VECTOR_DIM; `finish_reembed` sets
+    # META_EMBEDDER and META_VECTOR_DIM and removes those.
+    def begin_reembed(self, model_id: str, dim: int) -> None:
+        """Start, or resume for the same model and dimension, a switch to `model_id`."""
+    def pending_missing_ids(self, after: str, limit: int) -> list[str]:
+        """Ids > `after`, in id order, without a pending vector for their current text."""
+    def write_pending_vectors(
+        self, ids: Sequence[str], vectors: Sequence[Vector], content_hashes: Sequence[str],
+    ) -> None:
+        """Store pending vectors (StoreError when no switch is in progress)."""
+    def finish_reembed(self, model_id: str, dim: int) -> int:
+        """In one transaction: pending vectors replace the old ones and the store records
+        the new model. Returns how many vectors were swapped in."""
+    def cancel_reembed(self) -> None:
+        """Forget an unfinished switch and its pending vectors."""
+
+    # -- retrieval (filters applied inside each query) ------------------------------------------
+    def text_search(self, query: TextQuery, area: SearchArea, limit: int) -> ScoredIds:
+        """Full-text (BM25) matches of `query`; [] for a query with no terms."""
+    def vector_search(self, vector: Vector, area: SearchArea, limit: int) -> ScoredIds:
+        """Cosine nearest neighbours; [] before any vector exists or for a non-finite query;
+        DimensionMismatchError for a query of the wrong size."""
+    def substring_search(self, words: Sequence[str], area: SearchArea, limit: int) -> ScoredIds:
+        """Items whose text or title contains the words, by how many (word, field) hits:
+        the last resort when nothing else matched."""
+
+    # -- maintenance ------------------------------------------------------------------------------
+    def integrity_problems(self) -> list[str]:
+        """Empty when sound: the database's own checks, and items / full-text rows / vectors
+        agreeing (records.vector_checks). Each entry says what is wrong."""
+    def close(self) -> None:
+        """Release connections; the object is unusable afterwards."""

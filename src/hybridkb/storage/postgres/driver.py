@@ -1,0 +1,63 @@
+"""PostgreSQL connection handling shared by every store: the URL users see, and migrations.
+
+psycopg is imported inside `migrate`: the dialect checks first that the optional extra
+is installed, and this module must import without it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from ...errors import BackendUnavailableError, StoreError
+from .. import migrations
+
+MIN_PGVECTOR = (0, 8, 0)  # iterative index scans (filtered KNN that still fills `limit`)
+_LOCK_MIGRATE = "hybridkb.migrate"
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and `stats()`."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    netloc = f"{parts.username or ''}:***@{host}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def migrate(conn: Any, shown_url: str) -> None:
+    """Apply pending migrations in one transaction, serialized by an advisory lock, and
+    check that pgvector is recent enough. `shown_url` is the redacted URL for messages."""
+    import psycopg
+    from psycopg import errors as pg_errors
+
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [_LOCK_MIGRATE])
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (name text PRIMARY KEY, "
+                "applied_at double precision NOT NULL DEFAULT extract(epoch FROM now()))")
+            done = {r[0] for r in conn.execute("SELECT name FROM schema_migrations")}
+            for name, script in migrations.load("postgres"):
+                if name in done:
+                    continue
+                conn.execute(script)  # several statements, no parameters
+                conn.execute("INSERT INTO schema_migrations (name) VALUES (%s)", [name])
+        version = conn.execute(
+            "SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    except (pg_errors.FeatureNotSupported, pg_errors.UndefinedFile,
+            pg_errors.InsufficientPrivilege) as exc:
+        raise BackendUnavailableError(
+            f"PostgreSQL at {shown_url} cannot provide the pgvector extension "
+            f"(install pgvector >= 0.8 on the server, or have an administrator run "
+            f"CREATE EXTENSION vector): {exc}") from None
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot prepare the PostgreSQL store at {shown_url}: {exc}") from exc
+    found = tuple(int(p) for p in str(version[0] if version else "0").split(".")[:3] if p.isdigit())
+    if found < MIN_PGVECTOR:
+        raise BackendUnavailableError(
+            f"PostgreSQL at {shown_url} has pgvector {version[0] if version else 'none'}; "
+            f"hybridkb needs pgvector >= 0.8 (ALTER EXTENSION vector UPDATE)")

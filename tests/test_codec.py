@@ -1,0 +1,83 @@
+"""The vector codec: byte layout, round trips, and the checks every write and query share."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hybridkb import DimensionMismatchError, InvalidInputError
+from hybridkb.storage import codec
+
+
+def test_blob_round_trip_is_little_endian_float32() -> None:
+    vec = np.array([1.0, -0.5, 0.25, 3.0e-8], dtype=np.float32)
+    blob = codec.to_blob(vec)
+    assert blob == b"".join(np.array([x], dtype="<f4").tobytes() for x in vec)
+    assert len(blob) == 16
+    back = codec.from_blob(blob)
+    assert back.dtype == np.float32 and back.flags.writeable
+    np.testing.assert_array_equal(back, vec)
+
+
+def test_blob_from_float64_values_rounds_to_float32() -> None:
+    back = codec.from_blob(codec.to_blob([0.1, 0.2]))
+    np.testing.assert_array_equal(back, np.array([0.1, 0.2], dtype=np.float32))
+
+
+def test_matrix_from_blobs() -> None:
+    rows = [np.arange(3, dtype=np.float32) + i for i in range(4)]
+    matrix = codec.matrix_from_blobs([codec.to_blob(r) for r in rows], 3)
+    assert matrix.shape == (4, 3) and matrix.dtype == np.float32
+    np.testing.assert_array_equal(matrix, np.stack(rows))
+    assert codec.matrix_from_blobs([], 5).shape == (0, 5)
+
+
+def test_pgvector_forms_are_float32_arrays() -> None:
+    out = codec.to_pg([[1, 2], np.array([0.5, 0.5], dtype=np.float64)])
+    assert [v.dtype for v in out] == [np.float32, np.float32]
+    np.testing.assert_array_equal(out[1], [0.5, 0.5])
+
+    class FakeVector:  # what pgvector.Vector offers
+        def to_numpy(self) -> np.ndarray:
+            return np.array([1.0, 2.0], dtype=np.float64)
+
+    got = codec.from_pg(FakeVector())
+    assert got.dtype == np.float32 and got.tolist() == [1.0, 2.0]
+
+
+def test_check_dim_names_the_item_and_both_sizes() -> None:
+    codec.check_dim([0.0] * 4, 4, label="item 'a': vector")
+    with pytest.raises(DimensionMismatchError, match=r"item 'a': vector has 3 dimensions, store has 4"):
+        codec.check_dim([0.0] * 3, 4, label="item 'a': vector")
+    with pytest.raises(DimensionMismatchError, match="store has None"):  # the store holds no vectors
+        codec.check_dim([0.0] * 3, None, label="item 'a': vector")
+    with pytest.raises(DimensionMismatchError, match=r"item 'y'.*the new model has 2"):
+        codec.check_dims([("x", [1.0, 2.0]), ("y", [1.0])], 2, holder="the new model has")
+
+
+def test_normalized_scales_to_unit_length_and_flattens_one_row() -> None:
+    out = codec.normalized([[3, 4]], 2, label="item 'v'")
+    assert out.dtype == np.float32 and out.shape == (2,)
+    np.testing.assert_allclose(out, [0.6, 0.8], rtol=1e-6)
+    assert codec.normalized([1, 0, 0], None, label="x").tolist() == [1.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(("value", "error", "message"), [
+    ([1.0, float("nan")], InvalidInputError, "NaN or infinite"),
+    ([1.0, float("inf")], InvalidInputError, "NaN or infinite"),
+    ([0.0, 0.0], InvalidInputError, "all zeros"),
+    (["a", "b"], InvalidInputError, "not a list of numbers"),
+    ([[1.0, 2.0], [3.0, 4.0]], InvalidInputError, "not a flat list"),
+    ([1.0, 2.0, 3.0], DimensionMismatchError, "has 3 dimensions, the store uses 2"),
+])
+def test_normalized_refuses_bad_vectors(value: object, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
+        codec.normalized(value, 2, label="item 'v'")
+
+
+def test_query_vector_checks_size_and_drops_non_finite() -> None:
+    q = codec.query(np.array([[0.6, 0.8]]), 2)
+    assert q is not None and q.shape == (2,) and q.dtype == np.float32
+    assert codec.query([float("nan"), 1.0], 2) is None  # finds nothing, not an error
+    with pytest.raises(DimensionMismatchError, match="query vector has 3 dimensions, store has 2"):
+        codec.query([1.0, 2.0, 3.0], 2)
