@@ -232,6 +232,11 @@ def format_hits(result: SearchResult, explain: bool, *, ansi: bool = False,
 @click.option("--offset", default=0, show_default=True)
 @click.option("--corpus", "corpora", multiple=True, help="Search this corpus (repeatable).")
 @click.option("--kind", "kinds", multiple=True, help="Only items of this kind (repeatable).")
+@click.option("--path", "paths", multiple=True, metavar="GLOB",
+              help="Only indexed files matching this glob or under this folder, e.g. "
+                   "'src/**/*.py', 'docs/' (repeatable).")
+@click.option("--language", "languages", multiple=True, help="Only indexed files of this language "
+              "(python, markdown...; repeatable).")
 @click.option("--filter", "filter_json", help='Filters as JSON, e.g. {"metadata": {"team": "x"}}.')
 @click.option("--fusion", type=click.Choice(FUSIONS), default=None)
 @click.option("--min-score", type=float, help="Drop hits whose normalized fused score is lower.")
@@ -240,12 +245,14 @@ def format_hits(result: SearchResult, explain: bool, *, ansi: bool = False,
 @pass_ctx
 @handle_errors
 def search(ctx: Context, query: str, mode: str, limit: int, offset: int, corpora: tuple[str, ...],
-           kinds: tuple[str, ...], filter_json: str | None, fusion: str | None,
-           min_score: float | None, explain: bool, touch: bool) -> None:
+           kinds: tuple[str, ...], paths: tuple[str, ...], languages: tuple[str, ...],
+           filter_json: str | None, fusion: str | None, min_score: float | None, explain: bool,
+           touch: bool) -> None:
     """Search the store."""
     filters = _parse_json_object(filter_json, "--filter")
-    if kinds:
-        filters["kind"] = list(kinds)
+    for key, values in (("kind", kinds), ("path", paths), ("language", languages)):
+        if values:
+            filters[key] = list(values)
     kb = ctx.kb()
     result = kb.search(query, mode=mode, limit=limit, offset=offset,
                        corpora=list(corpora) or None, filters=filters or None,

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, get_args
 
 from .errors import InvalidFilterError
+from .pathglob import paths_regex
 
 # The search modes, defined once: the pipeline validates against MODES, the CLI offers
 # them as choices, the MCP tool schema lists them through `Mode`.
@@ -126,7 +127,9 @@ class Filters:
     """Conditions every retriever applies inside its query.
 
     A list value means "any of" (SQL IN). `metadata` maps a key to a value
-    (equality) or to a list of values (in).
+    (equality) or to a list of values (in). `paths` are globs or folder prefixes
+    on `metadata.path` (see pathglob.py), `languages` values of `metadata.language`
+    (both written by `index`).
     """
 
     kinds: tuple[str, ...] | None = None
@@ -140,12 +143,15 @@ class Filters:
     updated_before: float | None = None
     include_expired: bool = False
     include_stale: bool = False
+    paths: tuple[str, ...] | None = None
+    languages: tuple[str, ...] | None = None
 
     @property
     def needs_row_filter(self) -> bool:
         """True when the filter goes beyond corpus / expiry / staleness."""
         return bool(
             self.kinds or self.scope or self.repo or self.namespace or self.metadata
+            or self.paths or self.languages
             or self.created_after is not None or self.created_before is not None
             or self.updated_after is not None or self.updated_before is not None
         )
@@ -157,6 +163,7 @@ _FILTER_KEYS = {
     "created_after": "created_after", "created_before": "created_before",
     "updated_after": "updated_after", "updated_before": "updated_before",
     "include_expired": "include_expired", "include_stale": "include_stale",
+    "path": "paths", "paths": "paths", "language": "languages", "languages": "languages",
 }
 _SCALAR = str | int | float | bool
 
@@ -209,6 +216,10 @@ def parse_filters(filters: Filters | dict[str, Any] | None) -> Filters:
             values = _as_tuple(key, value)
             if not all(isinstance(v, str) for v in values):
                 raise InvalidFilterError(f"filter {key!r} takes strings")
+            if target == "paths":
+                paths_regex(values)  # a bad pattern fails here, with its reason
+            elif target == "languages":
+                values = tuple(v.lower() for v in values)
             out[target] = values
     return Filters(**out)
 

@@ -68,6 +68,8 @@ _DIALECT = records.FilterDialect(
     one_of=lambda column, values: (f"{column} IN ({_marks(len(values))})", list(values)),
     is_false=lambda column: f"{column} = 0",
     metadata_in=_metadata_in,
+    # REGEXP is the Python function driver.connect registers on every connection
+    path_matches=lambda alias, regex: (f"json_extract({alias}.metadata, '$.path') REGEXP ?", [regex]),
 )
 
 

@@ -6,6 +6,8 @@ drop-in sqlite3 with extension loading (pyenv builds lack it).
 
 from __future__ import annotations
 
+import functools
+import re
 import sqlite3 as _stdlib
 from types import ModuleType
 from typing import Any
@@ -54,7 +56,20 @@ def connect(path: str, *, timeout: float) -> Any:
     except Exception as exc:
         conn.close()
         raise BackendUnavailableError(f"cannot load the sqlite-vec extension: {exc}") from exc
+    conn.create_function("regexp", 2, _regexp, deterministic=True)
     return conn
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+def _regexp(pattern: str | None, value: object) -> bool:
+    """SQLite's `value REGEXP pattern` (path filters): a Python regex search."""
+    if not isinstance(pattern, str) or not isinstance(value, str):
+        return False
+    return _compiled(pattern).search(value) is not None
 
 
 def errors() -> tuple[type[Exception], type[Exception]]:
