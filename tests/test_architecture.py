@@ -29,7 +29,7 @@ MAX_LINES = 600
 PURE = {"errors", "model", "fusion", "dedup", "scoring", "textquery", "labels", "progress", "validation",
         "snippets", "pathglob"}
 FACE_PACKAGES = ("mcp", "evaluation", "ingest")
-FACE_MODULES = {"cli", "cli_index", "mcp_server", "transfer", "background", "watch"}
+FACE_MODULES = {"cli", "cli_common", "cli_index", "mcp_server", "transfer", "background", "watch"}
 RANK = {"pure": 0, "storage": 1, "embedding": 1, "pipeline": 2, "core": 3, "api": 4, "face": 5}
 # Imports a layer may make, beyond its own layer and pure modules.
 ALLOWED = {

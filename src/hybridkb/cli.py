@@ -6,81 +6,23 @@ stderr and a non-zero exit.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sys
-from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
+from . import cli_index
 from . import open as open_kb
-from .errors import HybridKBError, InvalidInputError
+from .cli_common import Context, _fail, emit, handle_errors, pass_ctx, progress_bar
+from .errors import InvalidInputError
 from .fusion import FUSIONS
 from .model import MODES, Hit, Item, SearchResult, iso
-from .store import KnowledgeBase
 
-F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_DB = "hybridkb.db"
-
-
-class Context:
-    def __init__(self, db: str, embedder: str | None, as_json: bool) -> None:
-        self.db, self.embedder, self.as_json = db, embedder, as_json
-        self._kb: KnowledgeBase | None = None
-        self._closers: list[Callable[[], Any]] = []
-
-    def kb(self) -> KnowledgeBase:
-        if self._kb is None:
-            self._kb = open_kb(self.db, embedder=self.embedder)
-        return self._kb
-
-    def on_close(self, callback: Callable[[], Any]) -> None:
-        """Run `callback` before the store closes (e.g. stop a background thread)."""
-        self._closers.append(callback)
-
-    def close(self) -> None:
-        for callback in reversed(self._closers):
-            callback()
-        if self._kb is not None:
-            self._kb.close()
-
-
-def _fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(1)
-
-
-def handle_errors(func: F) -> F:
-    """Map library and OS errors to one clear line and exit status 1."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except HybridKBError as exc:
-            _fail(str(exc))
-        except (OSError, UnicodeDecodeError) as exc:
-            _fail(str(exc))
-
-    return wrapper  # type: ignore[return-value]
-
-
-def emit(ctx: Context, data: Any, human: Callable[[], None]) -> None:
-    if ctx.as_json:
-        click.echo(json.dumps(data, ensure_ascii=False, default=str))
-    else:
-        human()
-
-
-def progress_bar(total: int | None, desc: str) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="item", file=sys.stderr,
-                disable=not sys.stderr.isatty() and os.environ.get("HYBRIDKB_PROGRESS") != "1")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -98,7 +40,6 @@ def cli(ctx: click.Context, db: str, embedder: str, no_embedder: bool, as_json: 
     ctx.call_on_close(ctx.obj.close)
 
 
-pass_ctx = click.make_pass_decorator(Context)
 
 
 @cli.command()
@@ -568,8 +509,6 @@ def migrate(ctx: Context, target: str, batch_size: int, no_vectors: bool) -> Non
                "notes": report.notes},
          lambda: click.echo(f"migrated {report.imported} items to {target}"))
 
-
-from . import cli_index  # noqa: E402  (its commands use the helpers above)
 
 cli_index.register(cli)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from .cli import Context, emit, handle_errors, pass_ctx
+from .cli_common import Context, emit, handle_errors, pass_ctx
 from .store import KnowledgeBase
 
 
