@@ -415,8 +415,11 @@ class SQLiteBackend:
         return out
 
     def ids_missing_vectors(self, limit: int) -> list[str]:
+        # The partial index holds just the queue; without statistics the planner would scan
+        # every item in rowid order instead (every search asks whether the queue is empty).
         return [r[0] for r in self._read(
-            "SELECT id FROM items WHERE embedded_hash IS NULL OR embedded_hash != content_hash "
+            "SELECT id FROM items INDEXED BY items_unembedded "
+            "WHERE embedded_hash IS NULL OR embedded_hash != content_hash "
             "ORDER BY rowid LIMIT ?", (limit,))]
 
     # -- retrieval ------------------------------------------------------------------------------
