@@ -80,7 +80,39 @@ def model_alone(tree_db: Path, embedder: str) -> dict[str, Any]:
     return {"texts": len(texts), "seconds": seconds, "per_s": len(texts) / seconds}
 
 
-def measure(trees: list[Path], embedder: str) -> dict[str, Any]:
+def store_vs_model(tree_db: Path, embedder: str, n: int, rounds: int = 2) -> dict[str, Any]:
+    """In one process, alternately: the model alone on `n` chunk texts, and `kb.embed_pending()`
+    on the same chunks written with embed="defer" into a fresh store. Best round of each."""
+    import hybridkb
+    from hybridkb.embedding import get_embedder
+
+    model = get_embedder(embedder)
+    assert model is not None
+    source = hybridkb.open(tree_db, embedder=None)
+    try:
+        items = [{"id": it.id, "title": it.title, "text": it.text} for it in source.iter_items()][:n]
+    finally:
+        source.close()
+    texts = [f"{it['title']} {it['text']}" if it["title"] else it["text"] for it in items]
+    model.embed_documents(texts[:16])  # load outside the clock
+    alone, through = [], []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        model.embed_documents(texts)
+        alone.append(time.perf_counter() - started)
+        with tempfile.TemporaryDirectory(prefix="hkb-embed-bench-") as tmp:
+            kb = hybridkb.open(Path(tmp) / "kb.db", embedder=model, embed="defer")
+            kb.add_many(items)
+            started = time.perf_counter()
+            done = kb.embed_pending()
+            through.append(time.perf_counter() - started)
+            kb.close()
+            assert done == len(items)
+    return {"chunks": len(items), "model_alone_per_s": len(items) / min(alone),
+            "store_per_s": len(items) / min(through), "rounds": rounds}
+
+
+def measure(trees: list[Path], embedder: str, compare: int = 0) -> dict[str, Any]:
     rows = []
     for tree in trees:
         with tempfile.TemporaryDirectory(prefix="hkb-ingest-bench-") as tmp:
@@ -89,6 +121,7 @@ def measure(trees: list[Path], embedder: str) -> dict[str, Any]:
             shutil.copytree(tree, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
             run = index_run(copy, embedder, work)
             alone = model_alone(work / "kb.db", embedder)
+            paired = store_vs_model(work / "kb.db", embedder, compare) if compare else None
         s = run["summary"]
         chunks = s["chunks_added"] + s["chunks_updated"]
         rows.append({
@@ -99,7 +132,7 @@ def measure(trees: list[Path], embedder: str) -> dict[str, Any]:
             "first_searchable_s": run["first_searchable_s"], "fully_embedded_s": run["fully_embedded_s"],
             "embed_s": s.get("embed_seconds", 0.0),
             "store_embed_per_s": s.get("embedded", 0) / s["embed_seconds"] if s.get("embed_seconds") else 0.0,
-            "model_alone_per_s": alone["per_s"],
+            "model_alone_per_s": alone["per_s"], "paired": paired,
         })
     return {"embedder": embedder, "cores": os.cpu_count(), "rows": rows,
             "when": time.strftime("%Y-%m-%d %H:%M:%S")}
@@ -122,6 +155,18 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {r['chunks_per_s']:.0f} | {r['first_searchable_s']:.2f} s | {r['fully_embedded_s']:.1f} s "
             f"| {r['store_embed_per_s']:.1f} chunks/s | {r['model_alone_per_s']:.1f} chunks/s "
             f"| {ratio:.2f} |")
+    paired = [r for r in result["rows"] if r.get("paired")]
+    if paired:
+        lines += ["", "Embedding through the store against the model alone, in one process, alternating, "
+                  "best of the rounds (same chunks; `kb.embed_pending()` reads them from a store written "
+                  "with `embed=\"defer\"` and commits the vectors):", "",
+                  "| tree | chunks | model alone | `kb.embed_pending()` | store / model |",
+                  "|---|---:|---:|---:|---:|"]
+        for r in paired:
+            p = r["paired"]
+            share = p["store_per_s"] / p["model_alone_per_s"]
+            lines.append(f"| {r['tree']} | {p['chunks']} | {p['model_alone_per_s']:.1f} chunks/s "
+                         f"| {p['store_per_s']:.1f} chunks/s | {share:.2f} |")
     return "\n".join(lines)
 
 
@@ -145,9 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     p.add_argument("--doc", type=Path, default=ROOT / "docs" / "benchmarks.md")
     p.add_argument("--no-doc", action="store_true")
+    p.add_argument("--compare", type=int, default=300, help="chunks for the paired in-process "
+                   "comparison of the store's embedding against the model alone (0: skip)")
     args = p.parse_args(argv)
     trees = [t.resolve() for t in (args.tree or [ROOT / "src", ROOT / "docs"])]
-    result = measure(trees, args.embedder)
+    result = measure(trees, args.embedder, args.compare)
     table = markdown(result)
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
