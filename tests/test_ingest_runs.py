@@ -350,3 +350,27 @@ def test_html_text_keeps_its_lines_and_notebooks_chunk_by_cell(store: KnowledgeB
     assert set(cells) == {"work.ipynb › cell 1 > Analysis", "work.ipynb › cell 2 > count_owls"}
     assert "return n * 2" in cells["work.ipynb › cell 2 > count_owls"].text
     assert store.search("count_owls", mode="fts").hits[0].title == "work.ipynb › cell 2 > count_owls"
+
+
+def test_serve_embeds_the_queue_in_the_background(tmp_path: Path) -> None:
+    pytest.importorskip("mcp")
+    db = tmp_path / "served.db"
+    with hybridkb.open(db, embedder=HashingEmbedder(64), embed="defer") as kb:
+        kb.add_many([{"text": f"queued before the server started {i}"} for i in range(30)])
+        assert kb.awaiting_embedding() == 30
+    proc = subprocess.Popen(_hybridkb("--db", str(db), "--embedder", "hashing-64", "serve"),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+    try:
+        deadline = time.monotonic() + 30
+        waiting = 30
+        while time.monotonic() < deadline and waiting:
+            time.sleep(0.1)
+            with hybridkb.open(db, embedder=HashingEmbedder(64)) as kb:
+                waiting = kb.awaiting_embedding()
+        assert waiting == 0
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()  # end of the stdio session: the server stops its thread and exits
+        proc.wait(timeout=30)
+    with hybridkb.open(db, embedder=HashingEmbedder(64)) as kb:
+        assert kb.search("queued server", mode="vector", limit=3).hits
