@@ -62,7 +62,9 @@ class FileChange:
     def line(self) -> str:
         parts = [f"+{self.added}" if self.added else "", f"~{self.updated}" if self.updated else "",
                  f"-{self.removed}" if self.removed else ""]
-        return f"{self.action} {self.path} ({' '.join(p for p in parts if p) or 'no chunks'})"
+        quiet = "lines moved" if self.action == "changed" else "no chunks"
+        counts = " ".join(p for p in parts if p) or quiet
+        return f"{self.action} {self.path} ({counts})"
 
 
 @dataclass(slots=True)
