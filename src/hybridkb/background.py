@@ -55,10 +55,14 @@ class BackgroundEmbedder:
             self._wake.clear()
             try:
                 done = self.kb.embed_pending(batch_size=self.batch_size, stop=self._stop.is_set)
-            except HybridKBError as exc:  # e.g. another model's store, a lost server: say so, retry
+            except (HybridKBError, OSError) as exc:  # another model's store, a lost server: say so, retry
                 if str(exc) != self.error:
                     log.warning("background embedding: %s", exc)
                 self.error, done = str(exc), 0
+            except Exception as exc:  # a bug or a read-only file: stop, said once, not a loop of tracebacks
+                log.error("background embedding stopped: %s", exc)
+                self.error = str(exc)
+                return
             else:
                 self.error = None
             self.embedded += done

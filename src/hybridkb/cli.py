@@ -396,7 +396,7 @@ def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None,
     """Serve the store to agents over MCP (stdio by default; logs go to stderr).
 
     Writes commit their text at once; a background thread embeds them (and anything
-    else waiting for a vector) unless --sync-embed.
+    else waiting for a vector) unless --sync-embed or --read-only.
     """
     try:
         from . import mcp as mcp_server
@@ -409,7 +409,7 @@ def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None,
         token, generated = mcp_server.check_http_binding(host, token)
     kb = ctx.kb()
     server = mcp_server.build_server(kb, read_only=read_only, corpora=corpora)
-    if kb.embedder is not None and not sync_embed:
+    if kb.embedder is not None and not sync_embed and not read_only:
         from .background import BackgroundEmbedder
 
         kb.embed_mode = "defer"
