@@ -258,10 +258,12 @@ class KnowledgeBase:
             self._refresh_vector_problem()
             if self._vector_problem is not None:
                 raise self._vector_problem
-            unchanged = self.backend.embedded_hashes([it.id for it in items]) if replace else {}  # type: ignore[misc]
-            todo = [i for i, it in enumerate(items)
-                    if vectors[i] is None and unchanged.get(it.id) != hashes[i]]  # type: ignore[arg-type]
-            if todo and not defer:
+            todo: list[int] = []
+            if not defer:  # a deferred write leaves every changed text to the queue
+                unchanged = self.backend.embedded_hashes([it.id for it in items]) if replace else {}  # type: ignore[misc]
+                todo = [i for i, it in enumerate(items)
+                        if vectors[i] is None and unchanged.get(it.id) != hashes[i]]  # type: ignore[arg-type]
+            if todo:
                 embedded = self.embedder.embed_documents([items[i].embedding_text for i in todo])
                 for i, vec in zip(todo, embedded, strict=True):
                     vectors[i] = vec
