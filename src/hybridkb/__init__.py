@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from . import validation
 from .embedding import Embedder, HashingEmbedder, MiniLMEmbedder, get_embedder
 from .errors import (
     BackendUnavailableError,
@@ -25,34 +26,32 @@ from .errors import (
 )
 from .model import Filters, Hit, Item, RetrieverHit, SearchResult, StoredItem
 from .scoring import ScorePolicy
-from .store import KnowledgeBase
+from .store import KnowledgeBase, NewerSchemaWarning
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BackendUnavailableError", "DimensionMismatchError", "Embedder", "EmbedderMismatchError",
     "Filters", "HashingEmbedder", "Hit", "HybridKBError", "InvalidFilterError", "InvalidInputError",
-    "Item", "KnowledgeBase", "MiniLMEmbedder", "NotFoundError", "RetrieverHit", "ScorePolicy",
-    "SearchResult", "StoreError", "StoredItem", "open",
+    "Item", "KnowledgeBase", "MiniLMEmbedder", "NewerSchemaWarning", "NotFoundError", "RetrieverHit",
+    "ScorePolicy", "SearchResult", "StoreError", "StoredItem", "open",
 ]
-
-_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
-
 
 def open(
     target: str | Path, *, embedder: Embedder | str | None = "default",
     score_policy: ScorePolicy | None = None, embed: str = "sync", **backend_options: Any,
 ) -> KnowledgeBase:
-    """Open (creating if needed) a store: a file path for SQLite, a postgresql:// URL for PostgreSQL.
+    """Open (creating if needed) a store: a file path for SQLite, a postgresql:// URL (or a
+    libpq "host=... dbname=..." string) for PostgreSQL. An empty target is refused.
 
     `embedder` is "default" (all-MiniLM-L6-v2, offline), an Embedder, a name
     ("hashing-64"), or None for a full-text-only store. `embed="sync"` (the default)
     writes each item's vector with it; `embed="defer"` commits text only and leaves
     the vectors to `kb.embed_pending()` (see `KnowledgeBase.embed_mode`).
     """
+    location = validation.check_target(target)
     model = get_embedder(embedder)
-    location = str(target)
-    if location.startswith(_POSTGRES_SCHEMES):
+    if validation.is_postgres_target(location):
         from .storage.postgres.backend import open_postgres
 
         backend: Any = open_postgres(location, **backend_options)

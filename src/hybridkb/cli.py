@@ -262,6 +262,34 @@ def stats(ctx: Context) -> None:
 
 
 @cli.command()
+@click.option("--repair", is_flag=True,
+              help="Rebuild what derives from the items (full-text index, statistics, vectors).")
+@pass_ctx
+@handle_errors
+def check(ctx: Context, repair: bool) -> None:
+    """Check the store: the database's integrity and items, full text and vectors agreeing.
+
+    Exits 1 while problems remain; each comes with what to do about it.
+    """
+    _require_store(ctx.db)
+    if not repair:
+        ctx.embedder = None  # checking needs no model; repairing embeds dropped vectors again
+    report = ctx.kb().check(repair=repair)
+
+    def human() -> None:
+        click.echo(f"store: {report['target']}")
+        for line in report["repaired"]:
+            click.echo(f"repaired: {line}")
+        for entry in report["problems"]:
+            click.echo(f"problem: {entry['problem']}\n  fix: {entry['fix']}")
+        click.echo("ok: no problems found" if report["ok"] else f"{len(report['problems'])} problem(s)")
+
+    emit(ctx, report, human)
+    if not report["ok"]:
+        sys.exit(1)
+
+
+@cli.command()
 @pass_ctx
 @handle_errors
 def purge(ctx: Context) -> None:
@@ -505,9 +533,9 @@ def migrate(ctx: Context, target: str, batch_size: int, no_vectors: bool) -> Non
         dest.close()
     for note in report.notes:
         click.echo(f"note: {note}", err=True)
-    emit(ctx, {"migrated": report.imported, "target": target, "target_items": count,
+    emit(ctx, {"migrated": report.imported, "target": dest.target, "target_items": count,
                "notes": report.notes},
-         lambda: click.echo(f"migrated {report.imported} items to {target}"))
+         lambda: click.echo(f"migrated {report.imported} items to {dest.target}"))
 
 
 cli_index.register(cli)

@@ -16,6 +16,7 @@ from .errors import (
     EmbedderMismatchError,
     InvalidInputError,
     NotFoundError,
+    StoreError,
 )
 from .model import (
     ITEM_FIELDS,
@@ -29,7 +30,7 @@ from .model import (
     valid_ts,
 )
 from .scoring import ScorePolicy
-from .storage import codec
+from .storage import codec, records
 from .storage.contract import Backend, Vector
 from .storage.records import (
     META_EMBEDDER,
@@ -47,6 +48,10 @@ CORPUS_SETTINGS = "corpus_settings:"  # meta key prefix: one JSON object per cor
 EMBED_BATCH = 256  # items per embedding transaction when draining the queue
 
 _UNSET: Any = object()  # tells a deprecated keyword that was not given from one given as None
+
+
+class NewerSchemaWarning(UserWarning):
+    """The store was made by a newer hybridkb: it opens for reading, and writes are refused."""
 
 
 def _deprecated(message: str) -> None:
@@ -67,7 +72,11 @@ class KnowledgeBase:
         self.score_policy = score_policy or ScorePolicy()
         self.embed_mode = embed
         self._vector_problem: EmbedderMismatchError | None = None
-        self._check_embedder()
+        if backend.newer_schema is not None:
+            warnings.warn(f"{backend.url}: {backend.newer_schema}", NewerSchemaWarning, stacklevel=3)
+            self._refresh_vector_problem()
+        else:
+            self._check_embedder()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -163,6 +172,13 @@ class KnowledgeBase:
         the commit with `embed="sync"`, later with `embed="defer"` (default: the
         store's `embed_mode`).
         """
+        validation.check_batch_size(batch_size)
+        if not isinstance(replace, bool):
+            raise InvalidInputError(f"replace must be true or false, got {replace!r:.60}")
+        if progress is not None and not callable(progress):
+            raise InvalidInputError("progress must be a callable taking a count")
+        if isinstance(items, Item | Mapping | str | bytes) or not isinstance(items, Iterable):
+            raise InvalidInputError(f"items must be a list of items, not {type(items).__name__}")
         mode = self.embed_mode if embed is None else embed
         if mode not in EMBED_MODES:
             raise InvalidInputError(f"embed must be one of {', '.join(EMBED_MODES)}, got {mode!r}")
@@ -341,7 +357,7 @@ class KnowledgeBase:
         return None if weights is None else (float(weights[0]), float(weights[1]))
 
     def stats(self) -> dict[str, Any]:
-        return {
+        out = {
             "target": self.target,
             "items": self.count(),
             "corpora": self.corpora(),
@@ -352,6 +368,9 @@ class KnowledgeBase:
             "reembed_pending": self.backend.get_meta(META_PENDING_EMBEDDER),
             "awaiting_embedding": self.awaiting_embedding(),
         }
+        if self.backend.newer_schema is not None:
+            out["read_only"] = self.backend.newer_schema
+        return out
 
     def awaiting_embedding(self) -> int:
         """How many items wait for a vector from this store's model (0 without a model)."""
@@ -386,13 +405,21 @@ class KnowledgeBase:
         if explain is not _UNSET:
             _deprecated("search(explain=...) is deprecated and does nothing: every hit carries "
                         "its explanation (hit.retrievers, fusion_score, boosts)")
+        opts = validation.search_options(
+            mode=mode, limit=limit, offset=offset, fusion=fusion, weights=weights, rrf_k=rrf_k,
+            depth=depth, dedup_threshold=dedup_threshold, dedup_cosine=dedup_cosine,
+            min_score=min_score, touch=touch)
+        if score_policy is not None and not isinstance(score_policy, ScorePolicy):
+            raise InvalidInputError(f"score_policy must be a ScorePolicy, got {score_policy!r:.60}")
         plan = pipeline.SearchPlan(
-            query=query if isinstance(query, str) else "", mode=mode, limit=limit, offset=offset,
+            query=query if isinstance(query, str) else "", mode=opts["mode"], limit=opts["limit"],
+            offset=opts["offset"],
             filters=parse_filters(dict(filters) if isinstance(filters, Mapping) else filters),
-            fusion=fusion or pipeline.DEFAULT_FUSION,
-            weights=tuple(weights) if weights is not None else pipeline.DEFAULT_WEIGHTS,  # type: ignore[arg-type]
-            rrf_k=rrf_k, depth=depth, dedup_threshold=dedup_threshold, dedup_cosine=dedup_cosine,
-            policy=score_policy or self.score_policy, min_score=min_score,
+            fusion=opts["fusion"] or pipeline.DEFAULT_FUSION,
+            weights=opts["weights"] if opts["weights"] is not None else pipeline.DEFAULT_WEIGHTS,
+            rrf_k=opts["rrf_k"], depth=opts["depth"], dedup_threshold=opts["dedup_threshold"],
+            dedup_cosine=opts["dedup_cosine"], policy=score_policy or self.score_policy,
+            min_score=opts["min_score"],
         )
         plan.validate()
         names = self._resolve_corpora(corpora)
@@ -412,6 +439,9 @@ class KnowledgeBase:
         existing = self.corpora()
         if corpora is None:
             return sorted(existing)
+        if not isinstance(corpora, str) and (isinstance(corpora, Mapping | bytes)
+                                             or not isinstance(corpora, Iterable)):
+            raise InvalidInputError(f"corpora must be a corpus name or a list of them, got {corpora!r:.60}")
         names = [corpora] if isinstance(corpora, str) else list(corpora)
         for name in names:
             validation.check_name("corpus", name)
@@ -486,6 +516,28 @@ class KnowledgeBase:
         return self.delete(item_id)
 
     # -- maintenance ------------------------------------------------------------------------
+
+    def check(self, *, repair: bool = False) -> dict[str, Any]:
+        """The store's health: the database's own integrity check and the store's (items,
+        full-text rows, vectors and derived indexes agree), each problem with what to do.
+
+        With `repair`, whatever derives from the items is rebuilt, items whose vector was
+        dropped are embedded again (when this store's model is at hand), and the store is
+        checked again. Returns {"target", "ok", "problems": [{"problem", "fix"}], "repaired"}.
+        """
+        problems = self.backend.integrity_problems()
+        repaired: list[str] = []
+        if repair and problems:
+            try:
+                repaired = self.backend.repair()
+            except StoreError as exc:
+                repaired = [f"repair failed and changed nothing: {exc.__cause__ or exc}"]
+            else:
+                if self.has_vectors and (embedded := self.reembed()):
+                    repaired.append(f"embedded {embedded} items again")
+            problems = self.backend.integrity_problems()
+        return {"target": self.target, "ok": not problems, "repaired": repaired,
+                "problems": [{"problem": p, "fix": records.advice(p)} for p in problems]}
 
     def reembed(self, *, batch_size: int = 64, progress: Progress | None = None) -> int:
         """Give every item a vector from this store's embedder; returns how many were embedded.

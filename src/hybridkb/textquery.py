@@ -15,6 +15,17 @@ from dataclasses import dataclass
 
 MAX_TERMS = 64
 MAX_QUERY_CHARS = 20_000  # longer input is cut before any regex runs
+CJK_PHRASE_CHARS = 4  # a CJK run up to this long is searched as a word (a phrase of its bigrams)
+
+# Chinese, Japanese and Korean are written without spaces between words, so a tokenizer that
+# splits on spaces and punctuation sees a whole sentence as one word. Each run of these
+# scripts is indexed and queried as its overlapping character bigrams ("東京都" -> "東京 京都"),
+# the usual answer of CJK full-text search: a word of two or more characters is then a phrase
+# of adjacent bigrams. Hangul, kana and Han (with their compatibility and extension blocks);
+# CJK punctuation (U+3000-303F) stays a separator.
+_CJK_RUN = re.compile(
+    "[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+    "\ua960-\ua97f\uac00-\ud7af\ud7b0-\ud7ff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f]+")
 
 _PHRASE = re.compile(r'"([^"]*)"')
 _CHUNK = re.compile(r'[^\s"]+')
@@ -67,8 +78,37 @@ class TextQuery:
         return list(seen)
 
 
+def cjk_expand(text: str) -> str:
+    """`text` with each CJK run replaced by its overlapping bigrams, set apart by spaces.
+
+    The one rule for documents and queries alike (SQLite's FTS5 source view and
+    PostgreSQL's tsvector apply it to what they index): other scripts pass unchanged.
+    """
+    if not _CJK_RUN.search(text):
+        return text
+    return _CJK_RUN.sub(lambda m: f" {_bigrams(m.group())} ", text)
+
+
+def _bigrams(run: str) -> str:
+    return run if len(run) < 3 else " ".join(run[i : i + 2] for i in range(len(run) - 1))
+
+
+def _chunk_terms(chunk: str) -> list[tuple[str, ...]]:
+    """A chunk's terms: one phrase, except that a CJK run longer than a word (a sentence
+    written without spaces) gives each of its bigrams as a term of its own, so BM25 ranks
+    by how many of them a document has instead of requiring the whole sentence."""
+    runs = [m.group() for m in _CJK_RUN.finditer(chunk) if len(m.group()) > CJK_PHRASE_CHARS]
+    if not runs:
+        return [_tokens(chunk)]
+    rest = _CJK_RUN.sub(lambda m: m.group() if len(m.group()) <= CJK_PHRASE_CHARS else " ", chunk)
+    terms = [_tokens(rest)]
+    for run in runs:
+        terms.extend((run[i : i + 2],) for i in range(len(run) - 1))
+    return terms
+
+
 def _tokens(chunk: str) -> tuple[str, ...]:
-    return tuple(t.lower() for t in _WORD.findall(chunk))
+    return tuple(t.lower() for t in _WORD.findall(cjk_expand(chunk)))
 
 
 def parse(text: object, *, max_terms: int = MAX_TERMS) -> TextQuery:
@@ -93,7 +133,8 @@ def parse(text: object, *, max_terms: int = MAX_TERMS) -> TextQuery:
     rest.append(text[pos:])
     for part in rest:
         for chunk in _CHUNK.findall(part):
-            add(_tokens(chunk))
+            for term in _chunk_terms(chunk):
+                add(term)
     content = [t for t in terms if not (len(t) == 1 and t[0] in LUCENE_STOPWORDS)]
     return cap_terms(content or terms, max_terms)
 

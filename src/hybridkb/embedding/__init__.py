@@ -19,6 +19,8 @@ def get_embedder(spec: Embedder | str | None) -> Embedder | None:
     """Resolve "minilm" / "default", "hashing[-DIM]", "none" / None, or an instance."""
     if spec is None or isinstance(spec, Embedder):
         return spec
+    if not isinstance(spec, str):
+        raise InvalidInputError(f"embedder must be a name or an Embedder, not {type(spec).__name__}")
     name = spec.strip().lower()
     if name in ("none", "", "off"):
         return None
@@ -26,8 +28,8 @@ def get_embedder(spec: Embedder | str | None) -> Embedder | None:
         return MiniLMEmbedder()
     if name.startswith("hashing"):
         _, _, dim = name.partition("-")
-        try:
-            return HashingEmbedder(int(dim) if dim else 64)
-        except ValueError:
-            pass
+        if not dim:
+            return HashingEmbedder(64)
+        if dim.isascii() and dim.isdigit():
+            return HashingEmbedder(int(dim))  # checks the range
     raise InvalidInputError(f"unknown embedder {spec!r}; use 'minilm', 'hashing-DIM' or 'none'")

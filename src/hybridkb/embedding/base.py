@@ -23,12 +23,20 @@ class Embedder(ABC):
     dim: int
     version: str = "1"
     batch_size: int = 32
+    # A model reads at most its maximum sequence length: text past `max_chars` cannot
+    # change its vector, so it is cut before tokenizing (None: the model reads it all).
+    max_chars: int | None = None
+
+    def clip(self, text: str) -> str:
+        """`text` cut to what the model can read (a 10 MB query costs what 8 kB does)."""
+        return text if self.max_chars is None else text[: self.max_chars]
 
     @abstractmethod
     def embed_batch(self, texts: Sequence[str]) -> Vectors:
         """Embed `texts` into an array of shape (len(texts), dim), rows L2-normalized."""
 
     def embed_documents(self, texts: Sequence[str]) -> Vectors:
+        texts = [self.clip(t) for t in texts]
         out = [self.embed_batch(texts[i : i + self.batch_size])
                for i in range(0, len(texts), self.batch_size)]
         if not out:
@@ -37,7 +45,7 @@ class Embedder(ABC):
         return stacked
 
     def embed_query(self, text: str) -> Vectors:
-        return np.asarray(self.embed_batch([text])[0], dtype=np.float32)
+        return np.asarray(self.embed_batch([self.clip(text)])[0], dtype=np.float32)
 
     @property
     def model_id(self) -> str:

@@ -8,15 +8,20 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..errors import InvalidInputError
 from .base import Embedder, Vectors, normalize_rows
 
 _WORD = re.compile(r"\w+")
+MAX_DIM = 4096
 
 
 class HashingEmbedder(Embedder):
     """Each lowercase word adds ±1 to a hashed coordinate; same text, same vector."""
 
     def __init__(self, dim: int = 64, name: str = "hashing") -> None:
+        if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= MAX_DIM:
+            raise InvalidInputError(f"hashing embedder dimension must be an integer from 1 to {MAX_DIM}, "
+                                    f"got {dim!r:.40}")
         self.dim = dim
         self.name = f"{name}-{dim}"
 

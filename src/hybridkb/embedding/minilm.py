@@ -18,6 +18,12 @@ from ..errors import BackendUnavailableError
 from .base import Embedder, Vectors, normalize_rows
 
 MAX_TOKENS = 256  # the model's trained limit; the tokenizer file's baked-in 128 is overridden
+# Text is cut at MAX_TOKENS * CHARS_PER_TOKEN characters before tokenizing (tokenizing
+# 10 MB took 23 s; the model reads 256 tokens of it). Measured on 6,000 SciFact and
+# NFCorpus documents, 256 tokens span at most 6.4 characters each (median 4.6); 32 leaves
+# room for code, indentation and URLs. Only a run of words longer than 100 characters
+# (one [UNK] token each) could be cut before the model's own limit.
+CHARS_PER_TOKEN = 32
 
 _lock = threading.Lock()
 _loaded: tuple[Any, Any] | None = None
@@ -56,10 +62,12 @@ class MiniLMEmbedder(Embedder):
     dim = 384
     version = "1"
     batch_size = 16
+    max_chars = MAX_TOKENS * CHARS_PER_TOKEN
 
     def embed_batch(self, texts: Sequence[str]) -> Vectors:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        texts = [self.clip(t) for t in texts]
         tokenizer, session = _load()
         # Sort by length so each padded batch wastes little; restore order after.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))

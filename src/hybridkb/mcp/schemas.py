@@ -10,6 +10,10 @@ from ..model import StoredItem, iso
 
 MAX_LIMIT = 100
 MAX_GET_IDS = 100
+# Longer text fields are refused before anything runs: a query is a question, not a
+# document (the model reads ~8 kB of it at most), and a memory is one fact.
+MAX_QUERY_CHARS = 10_000
+MAX_MEMORY_CHARS = 100_000
 
 
 class HitOut(BaseModel):
@@ -108,6 +112,8 @@ CorporaArg = Annotated[list[str] | None, Field(
 KindsArg = Annotated[list[str] | None, Field(
     description="Only items of these kinds, e.g. decision, lesson, wiki_page, code.")]
 LimitArg = Annotated[int, Field(ge=1, le=MAX_LIMIT, description="Maximum number of hits.")]
+QueryArg = Annotated[str, Field(max_length=MAX_QUERY_CHARS, description=(
+    f"What to look for: words, identifiers or a question (at most {MAX_QUERY_CHARS} characters)."))]
 
 DESCRIPTIONS = {
     "search": (

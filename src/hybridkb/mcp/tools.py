@@ -22,6 +22,8 @@ from ..snippets import best_lines, snippet
 from ..store import MEMORY_CORPUS, KnowledgeBase
 from .schemas import (
     MAX_GET_IDS,
+    MAX_MEMORY_CHARS,
+    MAX_QUERY_CHARS,
     CorporaArg,
     CorporaOut,
     CorpusOut,
@@ -30,6 +32,7 @@ from .schemas import (
     HitOut,
     KindsArg,
     LimitArg,
+    QueryArg,
     RememberOut,
     SearchOut,
     item_out,
@@ -147,8 +150,7 @@ class Tools:
 
     def search(
         self,
-        query: Annotated[str, Field(
-            description="What to look for: words, identifiers or a question.")],
+        query: QueryArg,
         corpora: CorporaArg = None,
         kinds: KindsArg = None,
         filters: Annotated[dict[str, Any] | None, Field(description=(
@@ -173,7 +175,8 @@ class Tools:
 
     def recall(
         self,
-        query: Annotated[str, Field(description="What you want to remember, in your own words.")],
+        query: Annotated[str, Field(max_length=MAX_QUERY_CHARS, description=(
+            "What you want to remember, in your own words."))],
         limit: LimitArg = 10,
         kinds: KindsArg = None,
         scope: Annotated[str | None, Field(
@@ -215,7 +218,8 @@ class Tools:
 
     def remember(
         self,
-        text: Annotated[str, Field(description="The memory itself, self-contained.")],
+        text: Annotated[str, Field(max_length=MAX_MEMORY_CHARS, description=(
+            f"The memory itself, self-contained (at most {MAX_MEMORY_CHARS} characters)."))],
         kind: Annotated[str, Field(description=(
             "decision and lesson rank highest in recall; summary and temp_note lower; "
             "memory is neutral."))] = "memory",

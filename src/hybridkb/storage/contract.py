@@ -2,8 +2,7 @@
 
 A dialect (sqlite/, postgres/) implements `Backend`; nothing above this layer knows SQL,
 and nothing here knows fusion. This is the whole list: every method is called by
-store.py or pipeline.py, except `integrity_problems`, which the tests (and a future
-`check` command) call to prove the store sound.
+store.py or pipeline.py (`integrity_problems` and `repair` by `KnowledgeBase.check`).
 """
 
 from __future__ import annotations
@@ -50,6 +49,9 @@ class Backend(Protocol):
 
     url: str  # where the store lives, without a password (for messages and stats)
     bm25_weights: tuple[float, float]  # full-text column weights (title, text)
+    # Set when the store holds a migration this version does not know (a newer hybridkb
+    # made it): every write then raises StoreError with this text; reads still work.
+    newer_schema: str | None
 
     # -- meta ---------------------------------------------------------------------------------
     def get_meta(self, key: str) -> str | None:
@@ -141,5 +143,9 @@ class Backend(Protocol):
     def integrity_problems(self) -> list[str]:
         """Empty when sound: the database's own checks, and items / full-text rows / vectors
         agreeing (records.vector_checks). Each entry says what is wrong."""
+    def repair(self) -> list[str]:
+        """Rebuild, in one transaction, whatever derives from the items and disagrees with
+        them (full-text index, statistics, vector bookkeeping, indexes); returns what was
+        done. Items whose vector was dropped are left for `reembed` to embed again."""
     def close(self) -> None:
         """Release connections; the object is unusable afterwards."""

@@ -245,3 +245,30 @@ def cancel_reembed(tx: VectorTables) -> None:
     """Forget an unfinished re-embedding and its pending vectors."""
     tx.drop_pending_table()
     tx.delete_meta(PENDING_KEYS)
+
+
+# -- what to do about each integrity problem ------------------------------------------------------
+
+_REPAIR = "run `hybridkb check --repair`"
+_ADVICE: tuple[tuple[str, str], ...] = (
+    ("sqlite:", "the file itself is damaged: " + _REPAIR + " to rebuild the indexes, the full-text "
+     "index and the vectors; if this problem stays, the items' own pages are damaged: restore a backup, or "
+     "`hybridkb export` what still reads and import it into a new store"),
+    ("fts", _REPAIR + ": the full-text index is rebuilt from the items"),
+    ("statistics say", _REPAIR + ": the BM25 statistics are recomputed from the items"),
+    ("vectors without an item", _REPAIR + ": the orphaned vectors are dropped"),
+    ("items marked embedded without a vector",
+     _REPAIR + ": those items are embedded again (or `hybridkb reembed`)"),
+    ("vectors of items not marked embedded",
+     _REPAIR + ": the stale vectors are dropped and the items embedded again"),
+    ("HNSW", _REPAIR + ": the HNSW index is rebuilt"),
+)
+
+
+def advice(problem: str) -> str:
+    """What a user should do about one entry of `integrity_problems`."""
+    lowered = problem.lower()
+    for marker, fix in _ADVICE:
+        if marker.lower() in lowered:
+            return fix
+    return _REPAIR + "; if the problem stays, export the store and import it into a new one"

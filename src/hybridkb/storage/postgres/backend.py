@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from ... import validation
 from ...errors import BackendUnavailableError, InvalidInputError, StoreError
 from ...model import Item, StoredItem
 from ...textquery import TextQuery
@@ -35,6 +36,7 @@ try:
     from psycopg.conninfo import conninfo_to_dict
     from psycopg_pool import ConnectionPool, PoolTimeout
 
+    from . import maintenance
     from . import sql as q
 except ImportError as _exc:  # the optional extra is not installed
     _IMPORT_ERROR: ImportError | None = _exc
@@ -86,15 +88,17 @@ class PostgresBackend:
         if len(bm25_weights) != 2 or any(not (math.isfinite(w) and w >= 0) for w in bm25_weights):
             raise InvalidInputError(f"bm25_weights must be two numbers >= 0, got {bm25_weights!r}")
         self.url = redact(url)
+        self._secret_url = url  # only to scrub a driver message that might echo a password
         self.bm25_weights = (float(bm25_weights[0]), float(bm25_weights[1]))
         self.ranking = ranking
         self.ts_normalization = int(ts_normalization)
         self.hnsw_min_rows = int(hnsw_min_rows)
         try:
             in_url = conninfo_to_dict(url)
-        except psycopg.Error as exc:
-            reason = " ".join(str(exc).split())
+        except (psycopg.Error, ValueError) as exc:
+            reason = self._scrub(" ".join(str(exc).split()))
             raise InvalidInputError(f"not a valid PostgreSQL URL: {self.url}: {reason}") from None
+        self.newer_schema: str | None = None
         self._connect_kwargs: dict[str, Any] = {"autocommit": True}
         if "connect_timeout" not in in_url:  # the URL's own value wins
             self._connect_kwargs["connect_timeout"] = max(1, math.ceil(connect_timeout))
@@ -113,7 +117,8 @@ class PostgresBackend:
         except PoolTimeout as exc:
             self._pool.close()
             raise BackendUnavailableError(
-                f"cannot open a connection pool to PostgreSQL at {self.url}: {exc}") from None
+                f"cannot open a connection pool to PostgreSQL at {self.url}: {self._scrub(str(exc))}"
+            ) from None
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -122,10 +127,13 @@ class PostgresBackend:
             conn = psycopg.connect(url, **self._connect_kwargs)
             conn.execute(_QUIET)
             return conn
-        except psycopg.Error as exc:
-            reason = " ".join(str(exc).split()) or type(exc).__name__
+        except (psycopg.Error, ValueError) as exc:
+            reason = self._scrub(" ".join(str(exc).split()) or type(exc).__name__)
             raise BackendUnavailableError(
                 f"cannot connect to PostgreSQL at {self.url}: {reason}") from None
+
+    def _scrub(self, message: str) -> str:
+        return validation.scrub(message, self._secret_url)
 
     @staticmethod
     def _configure(conn: Connection[Any]) -> None:
@@ -134,7 +142,7 @@ class PostgresBackend:
         register_vector(conn)
 
     def _migrate(self, conn: Connection[Any]) -> None:
-        driver.migrate(conn, self.url)
+        self.newer_schema = driver.migrate(conn, self.url)
 
     @contextmanager
     def _connection(self) -> Iterator[Connection[Any]]:
@@ -160,6 +168,8 @@ class PostgresBackend:
         was killed), a write whose connection died before its transaction began, or a write
         that lost a deadlock or serialization race (rolled back by the server).
         """
+        if write and self.newer_schema is not None:
+            raise StoreError(self.newer_schema)
         for attempt in range(_RETRIES):
             used: Connection[Any] | None = None
             began = False
@@ -502,26 +512,18 @@ class PostgresBackend:
         return self._run(self._integrity_problems, write=False)
 
     def _integrity_problems(self, conn: Connection[Any]) -> list[str]:
-        problems = [
-            f"corpus {corpus!r}: {n} items of total length {length}, but its statistics say "
-            f"{n_stats} and {length_stats}"
-            for corpus, n, n_stats, length, length_stats in conn.execute(q.STATS_CHECK)
-            if (n, length) != (n_stats, length_stats)]
         dim, indexed = self._vector_state(conn)
-        if dim is None:
-            return problems
-        for label, check in q.VECTOR_CHECKS:
-            row = conn.execute(check).fetchone()
-            if row is not None and row[0]:
-                problems.append(f"{row[0]} {label}")
-        index = conn.execute(q.HNSW_VALID).fetchone()
-        if index is not None and not index[0]:
-            problems.append("the HNSW index is invalid (REINDEX INDEX item_vectors_hnsw)")
-        if not indexed and dim <= HNSW_MAX_DIM and self.hnsw_min_rows > 0:
-            row = conn.execute("SELECT count(*) FROM item_vectors").fetchone()
-            if row is not None and row[0] > self.hnsw_min_rows:
-                problems.append(f"{row[0]} vectors but no HNSW index")
-        return problems
+        return maintenance.integrity_problems(conn, dim, indexed, hnsw_max_dim=HNSW_MAX_DIM,
+                                              hnsw_min_rows=self.hnsw_min_rows)
+
+    def repair(self) -> list[str]:
+        def work(conn: Connection[Any]) -> list[str]:
+            self._lock(conn, _LOCK_VECTORS)
+            dim, _ = self._vector_state(conn)
+            return maintenance.repair(conn, dim, self._integrity_problems(conn),
+                                      lambda: self._build_hnsw(conn, dim or 0))
+
+        return self._write(work)
 
 
 def open_postgres(url: str, **options: Any) -> PostgresBackend:

@@ -7,8 +7,8 @@ is installed, and this module must import without it.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
+from ... import validation
 from ...errors import BackendUnavailableError, StoreError
 from .. import migrations
 
@@ -17,20 +17,16 @@ _LOCK_MIGRATE = "hybridkb.migrate"
 
 
 def redact(url: str) -> str:
-    """The URL without its password, for messages and `stats()`."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    netloc = f"{parts.username or ''}:***@{host}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    """The URL (or key=value conninfo) without its passwords, for messages and `stats()`."""
+    return validation.redact_target(url)
 
 
-def migrate(conn: Any, shown_url: str) -> None:
+def migrate(conn: Any, shown_url: str) -> str | None:
     """Apply pending migrations in one transaction, serialized by an advisory lock, and
-    check that pgvector is recent enough. `shown_url` is the redacted URL for messages."""
+    check that pgvector is recent enough. `shown_url` is the redacted URL for messages.
+
+    A store of a newer schema is left as it is: the reason it must not be written is returned.
+    """
     import psycopg
     from psycopg import errors as pg_errors
 
@@ -41,7 +37,8 @@ def migrate(conn: Any, shown_url: str) -> None:
                 "CREATE TABLE IF NOT EXISTS schema_migrations (name text PRIMARY KEY, "
                 "applied_at double precision NOT NULL DEFAULT extract(epoch FROM now()))")
             done = {r[0] for r in conn.execute("SELECT name FROM schema_migrations")}
-            for name, script in migrations.load("postgres"):
+            newer = migrations.newer_schema(done, "postgres")
+            for name, script in [] if newer else migrations.load("postgres"):
                 if name in done:
                     continue
                 conn.execute(script)  # several statements, no parameters
@@ -61,3 +58,4 @@ def migrate(conn: Any, shown_url: str) -> None:
         raise BackendUnavailableError(
             f"PostgreSQL at {shown_url} has pgvector {version[0] if version else 'none'}; "
             f"hybridkb needs pgvector >= 0.8 (ALTER EXTENSION vector UPDATE)")
+    return newer

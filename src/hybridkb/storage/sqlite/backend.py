@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from .. import codec, records
 from ..contract import ScoredIds, SearchArea, Vector
 from ..records import DEFAULT_BM25_WEIGHTS, META_PENDING_VECTOR_DIM, META_VECTOR_DIM
 from . import driver as sqlite_driver
+from . import maintenance
 from .vector_index import VectorIndex
 
 __all__ = ["BUSY_TIMEOUT_S", "DEFAULT_BM25_WEIGHTS", "SQLiteBackend", "filter_sql", "open_sqlite"]
@@ -138,9 +139,12 @@ class SQLiteBackend:
             if not parent.is_dir():
                 raise StoreError(f"cannot create store {self.path!r}: folder {parent} does not exist")
         self._operational_error, self._database_error = sqlite_driver.errors()
+        self._integrity_error = sqlite_driver.integrity_error()
+        self.damaged = False  # set when SQLite reports damage: writes refused until repaired
         self._lock = threading.RLock()
         self._writes = 0  # bumped around every write transaction: read caches key on it
         self._corpora: tuple[tuple[int, int], dict[str, int]] | None = None
+        self.newer_schema: str | None = None
         try:
             self._conn = sqlite_driver.connect(self.path, timeout=BUSY_TIMEOUT_S)
             self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
@@ -150,43 +154,66 @@ class SQLiteBackend:
             self._conn.execute(f"PRAGMA cache_size = {-1024 * int(cache_mb)}")
             self._conn.execute("PRAGMA foreign_keys = ON")
             with self._write() as conn:
-                sqlite_driver.migrate(conn)
+                newer = sqlite_driver.migrate(conn)
+            self.newer_schema = newer
         except self._database_error as exc:
-            raise StoreError(f"cannot open SQLite store {self.path!r}: {exc}") from exc
+            raise sqlite_driver.store_error(exc, f"opening SQLite store {self.path!r}") from exc
         self._index: VectorIndex | None = None
         self._index_version: int | None = None
 
     # -- plumbing ---------------------------------------------------------------------------
 
     @contextmanager
-    def _write(self) -> Iterator[Any]:
-        """One IMMEDIATE transaction: the write lock is taken up front, so no deadlock."""
+    def _write(self, *, repairing: bool = False) -> Iterator[Any]:
+        """One IMMEDIATE transaction (the write lock up front: no deadlock), all rolled back on
+        an error; a driver error becomes a StoreError naming its cause (a duplicate id: invalid input)."""
+        if self.newer_schema is not None:
+            raise StoreError(self.newer_schema)
+        if self.damaged and not repairing:
+            raise StoreError(f"{sqlite_driver.DAMAGED} --repair before writing to it")
         with self._lock:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
             except self._operational_error as exc:
+                if sqlite_driver.is_damage(exc):
+                    raise self._error(exc, "write") from exc
                 raise StoreError(f"store is busy or read-only: {exc}") from exc
             self._writes += 1
             try:
                 yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
+            except BaseException as exc:
+                self._rollback()
+                if isinstance(exc, self._integrity_error) and "UNIQUE constraint failed: items.id" \
+                        in str(exc):
+                    raise InvalidInputError(f"an item with this id already exists: {exc}") from exc
+                if isinstance(exc, self._database_error):
+                    raise self._error(exc, "write") from exc
                 raise
             else:
                 try:
                     self._conn.execute("COMMIT")
                 except self._database_error as exc:
-                    self._conn.execute("ROLLBACK")
-                    raise StoreError(f"commit failed: {exc}") from exc
+                    self._rollback()
+                    raise self._error(exc, "commit") from exc
             finally:
                 self._writes += 1
+
+    def _rollback(self) -> None:  # SQLite may have rolled back already (a full disk does)
+        if self._conn.in_transaction:
+            with suppress(self._database_error):
+                self._conn.execute("ROLLBACK")
+
+    def _error(self, exc: BaseException, doing: str) -> StoreError:
+        if sqlite_driver.is_damage(exc):
+            self.damaged = True
+        return sqlite_driver.store_error(exc, doing)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         with self._lock:
             try:
                 return list(self._conn.execute(sql, params).fetchall())
             except self._database_error as exc:  # locked too long, corrupt, I/O error
-                raise StoreError(f"query failed: {exc}") from exc
+                raise self._error(exc, "query") from exc
             except (UnicodeEncodeError, OverflowError) as exc:  # a value SQLite cannot bind
                 raise InvalidInputError(f"a value cannot be used in a query: {exc}") from exc
 
@@ -275,10 +302,6 @@ class SQLiteBackend:
                         conn.execute("DELETE FROM vec_items WHERE rowid = ?", (rowid,))
                         stale_vectors.append(rowid)
                     written.append((rowid, item, vec))
-        except self._database_error as exc:
-            if "UNIQUE constraint failed: items.id" in str(exc):
-                raise InvalidInputError(f"an item with this id already exists: {exc}") from exc
-            raise StoreError(f"write failed: {exc}") from exc
         except (UnicodeEncodeError, OverflowError) as exc:
             raise InvalidInputError(f"a value cannot be stored: {exc}") from exc
         self._after_write(written, stale_vectors)
@@ -523,6 +546,12 @@ class SQLiteBackend:
 
     def _vector_index(self, dim: int) -> VectorIndex:
         """The cached matrix; rebuilt when another connection has committed since."""
+        try:
+            return self._load_vector_index(dim)
+        except self._database_error as exc:
+            raise self._error(exc, "reading the vectors") from exc
+
+    def _load_vector_index(self, dim: int) -> VectorIndex:
         with self._lock:
             version = self._data_version()
             if self._index is not None and self._index_version == version:
@@ -550,34 +579,16 @@ class SQLiteBackend:
     # -- maintenance ----------------------------------------------------------------------------
 
     def integrity_problems(self) -> list[str]:
-        """SQLite's and FTS5's integrity checks, and items / FTS rows / vectors agreeing by rowid.
+        return maintenance.integrity_problems(lambda sql: self._read(sql), self.vector_dim())
 
-        The FTS index is compared through its `docsize` shadow table: a scan of an
-        external-content FTS5 table reads the content table, so counting it proves nothing.
-        """
-        problems = [f"sqlite: {r[0]}" for r in self._read("PRAGMA integrity_check") if r[0] != "ok"]
-        try:
-            self._read("INSERT INTO items_fts (items_fts, rank) VALUES ('integrity-check', 1)")
-        except StoreError as exc:
-            problems.append(f"fts integrity-check: {exc}")
-        checks: list[tuple[str, str]] = [
-            ("FTS rows without an item",
-             "SELECT count(*) FROM items_fts_docsize WHERE id NOT IN (SELECT rowid FROM items)"),
-            ("items without an FTS row",
-             "SELECT count(*) FROM items WHERE rowid NOT IN (SELECT id FROM items_fts_docsize)"),
-        ]
-        if self.vector_dim() is not None:
-            # vec0 answers one rowid lookup at a time: a set membership test is faster.
-            checks += records.vector_checks("vec_items", "i.rowid IN (SELECT rowid FROM vec_items)")
-        for label, sql in checks:
-            try:
-                n = int(self._read(sql)[0][0])
-            except StoreError as exc:
-                problems.append(f"{label}: {exc}")
-                continue
-            if n:
-                problems.append(f"{n} {label}")
-        return problems
+    def repair(self) -> list[str]:
+        dim = self.vector_dim()
+        with self._write(repairing=True) as conn:
+            done = maintenance.repair(conn, dim, self.integrity_problems(),
+                                      _create_vectors(dim) if dim else "")
+        self._index = None
+        self.damaged = any(p.startswith("sqlite:") for p in self.integrity_problems())
+        return done
 
 
 def open_sqlite(path: str | Path, **options: Any) -> SQLiteBackend:

@@ -12,7 +12,8 @@ import sqlite3 as _stdlib
 from types import ModuleType
 from typing import Any
 
-from ...errors import BackendUnavailableError
+from ... import textquery
+from ...errors import BackendUnavailableError, StoreError
 from .. import migrations
 
 _driver: ModuleType | None = None
@@ -57,7 +58,13 @@ def connect(path: str, *, timeout: float) -> Any:
         conn.close()
         raise BackendUnavailableError(f"cannot load the sqlite-vec extension: {exc}") from exc
     conn.create_function("regexp", 2, _regexp, deterministic=True)
+    # What the FTS5 index reads (migration 002): CJK runs as bigrams, other text unchanged.
+    conn.create_function("hybridkb_fts", 1, _fts_text, deterministic=True)
     return conn
+
+
+def _fts_text(value: object) -> object:
+    return textquery.cjk_expand(value) if isinstance(value, str) else value
 
 
 @functools.lru_cache(maxsize=64)
@@ -78,19 +85,31 @@ def errors() -> tuple[type[Exception], type[Exception]]:
     return module.OperationalError, module.DatabaseError
 
 
-def migrate(conn: Any) -> None:
-    """Apply the pending migrations, each recorded by name, inside the caller's transaction."""
+def integrity_error() -> type[Exception]:
+    """The chosen driver's IntegrityError (a constraint, such as a duplicate id)."""
+    error: type[Exception] = driver().IntegrityError
+    return error
+
+
+def migrate(conn: Any) -> str | None:
+    """Apply the pending migrations, each recorded by name, inside the caller's transaction.
+
+    A store of a newer schema is left as it is: the reason it must not be written is returned.
+    """
     conn.execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations "
         "(name TEXT PRIMARY KEY, applied_at REAL NOT NULL DEFAULT (unixepoch('subsec')))"
     )
     done = {r[0] for r in conn.execute("SELECT name FROM schema_migrations")}
+    if newer := migrations.newer_schema(done, "sqlite"):
+        return newer
     for name, sql in migrations.load("sqlite"):
         if name in done:
             continue
         for statement in split_sql(sql):
             conn.execute(statement)
         conn.execute("INSERT INTO schema_migrations (name) VALUES (?)", (name,))
+    return None
 
 
 def split_sql(script: str) -> list[str]:
@@ -112,3 +131,26 @@ def split_sql(script: str) -> list[str]:
     if current:
         statements.append("\n".join(current))
     return statements
+
+
+# SQLite's own words for a full disk and for a damaged file.
+_FULL = ("database or disk is full", "disk i/o error", "no space left")
+_DAMAGED = ("malformed", "file is not a database", "corrupt", "could not fetch vector")
+DAMAGED = "database file is damaged: run `hybridkb check`"
+
+
+def is_damage(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return any(word in text for word in _DAMAGED) and not any(word in text for word in _FULL)
+
+
+def store_error(exc: BaseException, doing: str) -> StoreError:
+    """A driver error as the StoreError that names its cause: disk full, damaged, or `doing` failed."""
+    text = str(exc)
+    lowered = text.lower()
+    if any(word in lowered for word in _FULL):
+        return StoreError(f"disk full: {doing} failed and nothing of it was written; free some space "
+                          f"(or raise the file system's quota) and try again ({text})")
+    if is_damage(exc):
+        return StoreError(f"{DAMAGED} ({doing}: {text})")
+    return StoreError(f"{doing} failed: {text}")

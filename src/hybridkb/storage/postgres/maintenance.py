@@ -1,0 +1,72 @@
+"""Checking and repairing one PostgreSQL store: what derives from the items must agree with them.
+
+Items and their tsvectors cannot disagree (a generated column); what can is the per-corpus
+BM25 statistics kept by triggers, the vectors' `embedded_hash` bookkeeping and the HNSW
+index. `repair` rebuilds those from the items inside the caller's write transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from . import sql as q
+
+if TYPE_CHECKING:
+    from psycopg import Connection
+
+VectorState = Callable[["Connection[Any]"], tuple[int | None, bool]]
+
+
+def integrity_problems(conn: Connection[Any], dim: int | None, indexed: bool, *, hnsw_max_dim: int,
+                       hnsw_min_rows: int) -> list[str]:
+    """Empty when sound: statistics, items and vectors agree; the HNSW index is usable."""
+    problems = [
+        f"corpus {corpus!r}: {n} items of total length {length}, but its statistics say "
+        f"{n_stats} and {length_stats}"
+        for corpus, n, n_stats, length, length_stats in conn.execute(q.STATS_CHECK)
+        if (n, length) != (n_stats, length_stats)]
+    if dim is None:
+        return problems
+    for label, check in q.VECTOR_CHECKS:
+        row = conn.execute(check).fetchone()
+        if row is not None and row[0]:
+            problems.append(f"{row[0]} {label}")
+    index = conn.execute(q.HNSW_VALID).fetchone()
+    if index is not None and not index[0]:
+        problems.append("the HNSW index is invalid (REINDEX INDEX item_vectors_hnsw)")
+    if not indexed and dim <= hnsw_max_dim and hnsw_min_rows > 0:
+        row = conn.execute("SELECT count(*) FROM item_vectors").fetchone()
+        if row is not None and row[0] > hnsw_min_rows:
+            problems.append(f"{row[0]} vectors but no HNSW index")
+    return problems
+
+
+def repair(conn: Connection[Any], dim: int | None, problems: Sequence[str],
+           build_hnsw: Callable[[], None]) -> list[str]:
+    """Rebuild what `problems` found wrong from the items; returns what was done."""
+    done: list[str] = []
+    text = " ".join(problems)
+    if "statistics say" in text:
+        conn.execute("LOCK TABLE items IN SHARE MODE")  # writers wait: their triggers add deltas
+        conn.execute("DELETE FROM corpus_stats")
+        conn.execute("INSERT INTO corpus_stats (corpus, shard, n_docs, total_len) "
+                     "SELECT corpus, 0, count(*), coalesce(sum(length(tsv)), 0) FROM items GROUP BY corpus")
+        done.append("recomputed the BM25 corpus statistics from the items")
+    if dim is None:
+        return done
+    if "vector" in text:
+        foreign = conn.execute("DELETE FROM item_vectors WHERE rowid IN "
+                               "(SELECT rowid FROM items WHERE embedded_hash IS NULL)").rowcount
+        missing = conn.execute(
+            "UPDATE items SET embedded_hash = NULL WHERE embedded_hash IS NOT NULL AND NOT EXISTS "
+            "(SELECT 1 FROM item_vectors v WHERE v.rowid = items.rowid)").rowcount
+        done.append(f"vectors: dropped {foreign} of items not marked embedded; {missing} items "
+                    f"without a vector marked for embedding")
+    if "HNSW index is invalid" in text:
+        conn.execute("REINDEX INDEX item_vectors_hnsw")
+        done.append("rebuilt the HNSW index")
+    elif "no HNSW index" in text:
+        build_hnsw()
+        done.append("built the HNSW index")
+    return done

@@ -1,0 +1,108 @@
+"""Checking and repairing one SQLite store, so damage is reported and fixed, never hidden.
+
+The items are the system of record; the FTS5 index and the vectors' `embedded_hash`
+bookkeeping derive from them and can be rebuilt. `integrity_problems` lists what disagrees
+(each check on its own, so one damaged table does not hide the others); `repair` rebuilds
+the derived parts inside the caller's write transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ...errors import StoreError
+from .. import records
+
+Read = Callable[[str], list[Any]]
+
+
+def integrity_problems(read: Read, vector_dim: int | None) -> list[str]:
+    """SQLite's and FTS5's integrity checks, and items / FTS rows / vectors agreeing by rowid.
+
+    The FTS index is compared through its `docsize` shadow table: a scan of an
+    external-content FTS5 table reads the content table, so counting it proves nothing.
+    """
+    problems: list[str] = []
+    try:
+        problems += [f"sqlite: {r[0]}" for r in read("PRAGMA integrity_check") if r[0] != "ok"]
+    except StoreError as exc:
+        problems.append(f"sqlite: the integrity check cannot run: {_cause(exc)}")
+    try:
+        read("INSERT INTO items_fts (items_fts, rank) VALUES ('integrity-check', 1)")
+    except StoreError as exc:
+        problems.append(f"fts integrity-check: {_cause(exc)}")
+    checks: list[tuple[str, str]] = [
+        ("FTS rows without an item",
+         "SELECT count(*) FROM items_fts_docsize WHERE id NOT IN (SELECT rowid FROM items)"),
+        ("items without an FTS row",
+         "SELECT count(*) FROM items WHERE rowid NOT IN (SELECT id FROM items_fts_docsize)"),
+    ]
+    if vector_dim is not None:
+        # vec0 answers one rowid lookup at a time: a set membership test is faster.
+        checks += records.vector_checks("vec_items", "i.rowid IN (SELECT rowid FROM vec_items)")
+    for label, sql in checks:
+        try:
+            n = int(read(sql)[0][0])
+        except StoreError as exc:
+            problems.append(f"{label}: cannot be counted: {_cause(exc)}")
+            continue
+        if n:
+            problems.append(f"{n} {label}")
+    return problems
+
+
+def repair(conn: Any, vector_dim: int | None, problems: Sequence[str], create_vectors: str) -> list[str]:
+    """Rebuild, in the caller's transaction, what derives from the items; returns what was done.
+
+    Indexes of the items table (REINDEX), the FTS5 index ('rebuild'), and the vectors:
+    orphans dropped, items whose vector is missing or not theirs marked for embedding again;
+    a vector table too damaged to read is recreated empty and every item marked.
+    """
+    done: list[str] = []
+    text = " ".join(problems).lower()
+    if "sqlite:" in text:
+        _step(conn, done, "rebuilt the items table's indexes (REINDEX)", "REINDEX")
+    if "sqlite:" in text or "fts" in text:
+        _step(conn, done, "rebuilt the full-text index from the items",
+              "INSERT INTO items_fts (items_fts) VALUES ('rebuild')")
+    if vector_dim is None or not ("sqlite:" in text or "vector" in text):
+        return done
+    try:
+        conn.execute("SELECT count(embedding) FROM vec_items").fetchone()  # every vector reads
+        orphans = conn.execute("DELETE FROM vec_items WHERE rowid NOT IN (SELECT rowid FROM items)").rowcount
+        foreign = conn.execute("DELETE FROM vec_items WHERE rowid IN "
+                               "(SELECT rowid FROM items WHERE embedded_hash IS NULL)").rowcount
+        missing = conn.execute("UPDATE items SET embedded_hash = NULL WHERE embedded_hash IS NOT NULL "
+                               "AND rowid NOT IN (SELECT rowid FROM vec_items)").rowcount
+        done.append(f"vectors: dropped {orphans} without an item and {foreign} of items not marked "
+                    f"embedded; {missing} items without a vector marked for embedding")
+    except Exception as exc:  # the vec0 tables themselves may be damaged
+        recreated = _step(conn, done, "recreated the vector table empty (it could not be read: "
+                          f"{exc}) and marked every item for embedding",
+                          "DROP TABLE IF EXISTS vec_items", create_vectors,
+                          "UPDATE items SET embedded_hash = NULL")
+        if not recreated:
+            done.append("the vectors could not be repaired")
+    return done
+
+
+def _step(conn: Any, done: list[str], what: str, *statements: str) -> bool:
+    """Run one repair step under a savepoint: a step the damage defeats is undone and reported."""
+    conn.execute("SAVEPOINT repair_step")
+    try:
+        for sql in statements:
+            conn.execute(sql)
+    except Exception as exc:  # any driver error: report it, try the next step
+        conn.execute("ROLLBACK TO repair_step")
+        conn.execute("RELEASE repair_step")
+        done.append(f"could not: {what.split(' (')[0]} ({exc})")
+        return False
+    conn.execute("RELEASE repair_step")
+    done.append(what)
+    return True
+
+
+def _cause(exc: BaseException) -> str:
+    """The driver's own words, without the advice the StoreError wraps them in."""
+    return str(exc.__cause__ or exc)
