@@ -30,6 +30,8 @@ HEADING = "## Indexing a source tree"
 
 
 def _searchable(db: Path) -> bool:
+    if not Path(f"{db}-wal").exists():  # not before WAL mode: a reader then could fail the writer
+        return False
     try:
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as conn:
             return conn.execute("SELECT 1 FROM items_fts WHERE items_fts MATCH 'the' LIMIT 1").fetchone() \
