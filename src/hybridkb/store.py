@@ -43,7 +43,6 @@ from .storage.records import (
 MEMORY_CORPUS = "memory"
 
 Progress = Callable[[int], None]
-EMBED_MODES = ("sync", "defer")
 CORPUS_SETTINGS = "corpus_settings:"  # meta key prefix: one JSON object per corpus
 EMBED_BATCH = 256  # items per embedding transaction when draining the queue
 
@@ -70,7 +69,9 @@ class KnowledgeBase:
         self.backend = backend
         self.embedder = embedder
         self.score_policy = score_policy or ScorePolicy()
-        self.embed_mode = embed
+        # "sync": writes embed before they commit; "defer": they commit text, and the items wait
+        # in the pending-embeddings queue (found by full text) until `embed_pending`.
+        self.embed_mode = validation.check_embed_mode(embed)
         self._vector_problem: EmbedderMismatchError | None = None
         if backend.newer_schema is not None:
             warnings.warn(f"{backend.url}: {backend.newer_schema}", NewerSchemaWarning, stacklevel=3)
@@ -117,23 +118,6 @@ class KnowledgeBase:
             f"open it with the same model, or {fix} (full-text search keeps working meanwhile)")
 
     @property
-    def embed_mode(self) -> str:
-        """"sync": a write embeds its items before it commits; "defer": it commits text only.
-
-        Deferred items wait in the pending-embeddings queue (items whose vector is
-        missing or older than their text), are found by full text meanwhile, and get
-        their vectors from `embed_pending` (`hybridkb embed`, `serve`, or the CLI's
-        `index` / `import` right after their text commit).
-        """
-        return self._embed_mode
-
-    @embed_mode.setter
-    def embed_mode(self, mode: str) -> None:
-        if mode not in EMBED_MODES:
-            raise InvalidInputError(f"embed must be one of {', '.join(EMBED_MODES)}, got {mode!r}")
-        self._embed_mode = mode
-
-    @property
     def embedder_name(self) -> str | None:
         return self.backend.get_meta(META_EMBEDDER)
 
@@ -168,9 +152,8 @@ class KnowledgeBase:
     ) -> list[str]:
         """Add items in batches; each batch is one transaction (all of it or none).
 
-        Vectors are computed for new or changed text only (by content hash), before
-        the commit with `embed="sync"`, later with `embed="defer"` (default: the
-        store's `embed_mode`).
+        Vectors are computed for new or changed text only (by content hash), before the
+        commit with `embed="sync"`, later with `embed="defer"` (default: `self.embed_mode`).
         """
         validation.check_batch_size(batch_size)
         if not isinstance(replace, bool):
@@ -179,10 +162,7 @@ class KnowledgeBase:
             raise InvalidInputError("progress must be a callable taking a count")
         if isinstance(items, Item | Mapping | str | bytes) or not isinstance(items, Iterable):
             raise InvalidInputError(f"items must be a list of items, not {type(items).__name__}")
-        mode = self.embed_mode if embed is None else embed
-        if mode not in EMBED_MODES:
-            raise InvalidInputError(f"embed must be one of {', '.join(EMBED_MODES)}, got {mode!r}")
-        defer = mode == "defer"
+        defer = validation.check_embed_mode(self.embed_mode if embed is None else embed) == "defer"
         ids: list[str] = []
         batch: list[tuple[Item, Vector | None]] = []
         for raw in items:
@@ -587,21 +567,16 @@ class KnowledgeBase:
     ) -> int:
         """Give vectors to the items waiting for one (deferred writes); returns how many.
 
-        Each batch is one transaction, so an interrupt keeps what was embedded and
-        the next call continues. Batches go to the model sorted by length (little
-        padding). An item rewritten or deleted meanwhile is left to its writer.
-        `stop` is asked between batches (a background thread's exit signal).
+        One transaction per batch (an interrupt keeps what was done; the next call goes
+        on); the model gets each batch sorted by length. `stop` is asked between batches.
         """
         if self.embedder is None or not self.has_vectors:
             return 0
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InvalidInputError(f"batch_size must be a positive integer, got {batch_size!r}")
+        validation.check_batch_size(batch_size)
         self.backend.ensure_vector_storage(self.embedder.dim)
         done = 0
         skipped: set[str] = set()
-        while limit is None or done < limit:
-            if stop is not None and stop():
-                break
+        while (limit is None or done < limit) and not (stop is not None and stop()):
             want = batch_size if limit is None else min(batch_size, limit - done)
             ids = [i for i in self.backend.ids_missing_vectors(want + len(skipped))
                    if i not in skipped][:want]
@@ -612,9 +587,7 @@ class KnowledgeBase:
             written = self.backend.write_vectors(
                 [it.id for it in items], list(vectors),
                 [content_hash(it.embedding_text) for it in items])
-            # An item deleted or rewritten between `get` and `write_vectors` is left alone:
-            # its writer embedded the new text itself (or left it in the queue again).
-            if written < len(ids):
+            if written < len(ids):  # rewritten or deleted since `get`: left to its writer
                 skipped.update(ids)
             done += written
             if progress:
