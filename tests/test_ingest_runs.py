@@ -81,9 +81,10 @@ def test_defer_mode_of_a_store_and_an_unchanged_rewrite_keeps_its_vector(kb: Kno
     kb.embed_mode = "defer"
     kb.add_many([{"id": f"n{i}", "text": f"note number {i} about owls"} for i in range(5)])
     assert kb.awaiting_embedding() == 5
-    assert kb.embed_pending(batch_size=2, limit=3) == 3
-    assert kb.awaiting_embedding() == 2
-    assert kb.embed_pending() == 2
+    batches = []
+    assert kb.embed_pending(batch_size=2, progress=batches.append, stop=lambda: len(batches) >= 2) == 4
+    assert batches == [2, 2] and kb.awaiting_embedding() == 1
+    assert kb.embed_pending() == 1
     kb.upsert("note number 0 about owls", id="n0")  # same text: the vector stays valid
     kb.upsert("note number 1 about hawks", id="n1")  # new text: waits again
     assert kb.awaiting_embedding() == 1

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import validation
 from .embedding import Embedder, HashingEmbedder, MiniLMEmbedder, get_embedder
@@ -27,15 +27,32 @@ from .errors import (
 from .model import Filters, Hit, Item, RetrieverHit, SearchResult, StoredItem
 from .scoring import ScorePolicy
 from .store import KnowledgeBase, NewerSchemaWarning
+from .version import package_version
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+    from .ingest import IndexSummary, index_folder
+
+__version__ = package_version()
 
 __all__ = [
     "BackendUnavailableError", "DimensionMismatchError", "Embedder", "EmbedderMismatchError",
-    "Filters", "HashingEmbedder", "Hit", "HybridKBError", "InvalidFilterError", "InvalidInputError",
-    "Item", "KnowledgeBase", "MiniLMEmbedder", "NewerSchemaWarning", "NotFoundError", "RetrieverHit",
-    "ScorePolicy", "SearchResult", "StoreError", "StoredItem", "open",
+    "Filters", "HashingEmbedder", "Hit", "HybridKBError", "IndexSummary", "InvalidFilterError",
+    "InvalidInputError", "Item", "KnowledgeBase", "MiniLMEmbedder", "NewerSchemaWarning", "NotFoundError",
+    "RetrieverHit", "ScorePolicy", "SearchResult", "StoreError", "StoredItem", "__version__",
+    "index_folder", "open",
 ]
+
+# Face functions a user calls from Python, loaded on first use so `import hybridkb` stays light.
+_LAZY = {"index_folder": "ingest", "IndexSummary": "ingest"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module 'hybridkb' has no attribute {name!r}")
+
 
 def open(
     target: str | Path, *, embedder: Embedder | str | None = "default",

@@ -17,29 +17,31 @@ import click
 
 from . import cli_index
 from . import open as open_kb
-from .cli_common import Context, _fail, emit, handle_errors, pass_ctx, progress_bar
-from .errors import InvalidInputError
+from .cli_common import _fail, emit, handle_errors, pass_ctx, progress_bar
+from .cli_options import Context, add_global_options, global_options, require_store
+from .errors import HybridKBError, InvalidInputError
 from .fusion import FUSIONS
 from .model import MODES, Hit, Item, SearchResult, iso
 
-DEFAULT_DB = "hybridkb.db"
-
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--db", envvar="HYBRIDKB_DB", default=DEFAULT_DB, show_default=True,
-              help="Store: a SQLite file path or a postgresql:// URL (env HYBRIDKB_DB).")
-@click.option("--embedder", default="default", show_default=True,
-              help="Embedding model: default (all-MiniLM-L6-v2), hashing-DIM, or none.")
-@click.option("--no-embedder", is_flag=True, help="Full-text only: no vectors, no model load.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@global_options
+@click.option("--config", "config_path", metavar="FILE",
+              help="Read settings from this TOML file (env HYBRIDKB_CONFIG; default ./hybridkb.toml, "
+                   "else hybridkb.toml in the user config folder).")
 @click.version_option(package_name="hybridkb")
 @click.pass_context
-def cli(ctx: click.Context, db: str, embedder: str, no_embedder: bool, as_json: bool) -> None:
-    """hybridkb: hybrid BM25 + vector search over your knowledge, in one SQLite file."""
-    ctx.obj = Context(db, None if no_embedder else embedder, as_json)
+def cli(ctx: click.Context, config_path: str | None) -> None:
+    """hybridkb: hybrid BM25 + vector search over your knowledge, in one SQLite file.
+
+    Global options (--db, --embedder, --no-embedder, --json) go before or after the
+    command. Each setting comes from the flag, else the environment, else hybridkb.toml.
+    """
+    try:
+        ctx.obj = Context.start(ctx, config_path)
+    except HybridKBError as exc:
+        _fail(str(exc))
     ctx.call_on_close(ctx.obj.close)
-
-
 
 
 @cli.command()
@@ -406,7 +408,7 @@ def eval_(ctx: Context, dataset: str, split: str, modes: tuple[str, ...], fusion
 
 @cli.command()
 @click.option("--http", "use_http", is_flag=True,
-              help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio.")
+              help="Serve HTTP instead of stdio: MCP at /mcp, REST at /api, the search page at /.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP bind address.")
 @click.option("--port", default=8765, show_default=True, help="HTTP port.")
 @click.option("--token", envvar="HYBRIDKB_TOKEN",
@@ -421,10 +423,12 @@ def eval_(ctx: Context, dataset: str, split: str, modes: tuple[str, ...], fusion
 @handle_errors
 def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None, read_only: bool,
           corpora_csv: str | None, sync_embed: bool) -> None:
-    """Serve the store to agents over MCP (stdio by default; logs go to stderr).
+    """Serve the store over MCP (stdio by default); with --http also REST and a search page.
 
-    Writes commit their text at once; a background thread embeds them (and anything
-    else waiting for a vector) unless --sync-embed or --read-only.
+    Logs go to stderr. Over HTTP: MCP at /mcp, the REST API at /api (OpenAPI at
+    /api/openapi.json) and the search page at /, all under one token. Writes commit
+    their text at once; a background thread embeds them (and anything else waiting
+    for a vector) unless --sync-embed or --read-only.
     """
     try:
         from . import mcp as mcp_server
@@ -433,6 +437,8 @@ def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None,
             raise
         _fail("the MCP server needs the mcp package: pip install 'hybridkb[mcp]'")
     corpora = [c.strip() for c in (corpora_csv or "").split(",") if c.strip()] or None
+    if read_only:
+        ctx.require_store()  # nothing to serve, and nothing may be written
     if use_http:
         token, generated = mcp_server.check_http_binding(host, token)
     kb = ctx.kb()
@@ -441,22 +447,26 @@ def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None,
         from .background import BackgroundEmbedder
 
         kb.embed_mode = "defer"
-        ctx.on_close(BackgroundEmbedder(kb).start().stop)
+        click.get_current_context().call_on_close(BackgroundEmbedder(kb).start().stop)
     if not use_http:
         mcp_server.run_stdio(server)
         return
-    click.echo(f"hybridkb MCP server on http://{host}:{port}/mcp"
+    assert token is not None
+    from . import web
+
+    app = web.combined_app(ctx.kb(), mcp_server.http_app(server, token=token, host=host), token=token,
+                           host=host, read_only=read_only, corpora=corpora)
+    base = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+    click.echo(f"hybridkb MCP server on {base}/mcp, REST API on {base}/api"
                + (" (read-only)" if read_only else ""), err=True)
     if generated:
         click.echo(f"bearer token for this run: {token}", err=True)
-    assert token is not None
-    mcp_server.run_http(server, host=host, port=port, token=token)
+    click.echo(f"search page: {base}/?token={token if generated else '<your token>'}", err=True)
+    web.run(app, host=host, port=port)
 
 
 def _require_store(db: str) -> None:
-    """Reading commands do not create a store where there is none."""
-    if "://" not in db and db != ":memory:" and not Path(db).expanduser().exists():
-        raise InvalidInputError(f"no store at {db!r} (set --db or HYBRIDKB_DB)")
+    require_store(db)
 
 
 @cli.command(name="export")
@@ -539,6 +549,7 @@ def migrate(ctx: Context, target: str, batch_size: int, no_vectors: bool) -> Non
 
 
 cli_index.register(cli)
+add_global_options(cli)
 
 
 def main() -> None:

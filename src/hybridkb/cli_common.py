@@ -1,4 +1,7 @@
-"""What every `hybridkb` command shares: the context, error mapping, JSON output, progress bars."""
+"""What every `hybridkb` command shares: error mapping, JSON output, progress bars, the context.
+
+Kept apart from cli.py so command modules (cli_index) import it without a cycle.
+"""
 
 from __future__ import annotations
 
@@ -11,33 +14,10 @@ from typing import Any, TypeVar
 
 import click
 
-from . import open as open_kb
+from .cli_options import Context
 from .errors import HybridKBError
-from .store import KnowledgeBase
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class Context:
-    def __init__(self, db: str, embedder: str | None, as_json: bool) -> None:
-        self.db, self.embedder, self.as_json = db, embedder, as_json
-        self._kb: KnowledgeBase | None = None
-        self._closers: list[Callable[[], Any]] = []
-
-    def kb(self) -> KnowledgeBase:
-        if self._kb is None:
-            self._kb = open_kb(self.db, embedder=self.embedder)
-        return self._kb
-
-    def on_close(self, callback: Callable[[], Any]) -> None:
-        """Run `callback` before the store closes (e.g. stop a background thread)."""
-        self._closers.append(callback)
-
-    def close(self) -> None:
-        for callback in reversed(self._closers):
-            callback()
-        if self._kb is not None:
-            self._kb.close()
 
 
 def _fail(message: str) -> None:

@@ -16,7 +16,8 @@ from typing import Any
 
 import click
 
-from .cli_common import Context, emit, handle_errors, pass_ctx
+from .cli_common import emit, handle_errors, pass_ctx
+from .cli_options import Context
 from .store import KnowledgeBase
 
 

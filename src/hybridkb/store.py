@@ -10,7 +10,7 @@ from dataclasses import replace as dc_replace
 from datetime import timedelta
 from typing import Any
 
-from . import pipeline, validation
+from . import pipeline, selection, validation
 from .embedding import Embedder, content_hash
 from .errors import (
     EmbedderMismatchError,
@@ -39,6 +39,7 @@ from .storage.records import (
     META_LABEL_TEMPLATES,
     META_PENDING_EMBEDDER,
 )
+from .version import package_version as _package_version
 
 MEMORY_CORPUS = "memory"
 
@@ -69,8 +70,6 @@ class KnowledgeBase:
         self.backend = backend
         self.embedder = embedder
         self.score_policy = score_policy or ScorePolicy()
-        # "sync": writes embed before they commit; "defer": they commit text, and the items wait
-        # in the pending-embeddings queue (found by full text) until `embed_pending`.
         self.embed_mode = validation.check_embed_mode(embed)
         self._vector_problem: EmbedderMismatchError | None = None
         if backend.newer_schema is not None:
@@ -254,12 +253,10 @@ class KnowledgeBase:
             self._refresh_vector_problem()
             if self._vector_problem is not None:
                 raise self._vector_problem
-            todo: list[int] = []
-            if not defer:  # a deferred write leaves every changed text to the queue
-                unchanged = self.backend.embedded_hashes([it.id for it in items]) if replace else {}  # type: ignore[misc]
-                todo = [i for i, it in enumerate(items)
-                        if vectors[i] is None and unchanged.get(it.id) != hashes[i]]  # type: ignore[arg-type]
-            if todo:
+            unchanged = self.backend.embedded_hashes([it.id for it in items]) if replace else {}  # type: ignore[misc]
+            todo = [i for i, it in enumerate(items)
+                    if vectors[i] is None and unchanged.get(it.id) != hashes[i]]  # type: ignore[arg-type]
+            if todo and not defer:  # a deferred write leaves every changed text to the queue
                 embedded = self.embedder.embed_documents([items[i].embedding_text for i in todo])
                 for i, vec in zip(todo, embedded, strict=True):
                     vectors[i] = vec
@@ -297,10 +294,23 @@ class KnowledgeBase:
         """Corpus name -> number of items."""
         return self.backend.corpora()
 
-    def iter_items(self, *, batch_size: int = 500) -> Iterator[StoredItem]:
-        """Every item (expired and stale ones too), in storage order."""
+    def iter_items(
+        self, *, batch_size: int = 500, corpus: str | None = None,
+        corpora: Sequence[str] | str | None = None, filters: Filters | Mapping[str, Any] | None = None,
+    ) -> Iterator[StoredItem]:
+        """Every item in storage order (expired and stale ones too), or those `corpus`/`corpora`
+        and `filters` select; `filters` work as in `search` (expired and stale items then
+        left out unless include_expired / include_stale)."""
+        names = selection.pick_corpora(corpus, corpora)
+        wanted = None if names is None else {names} if isinstance(names, str) else set(names)
+        parsed = None if filters is None else \
+            parse_filters(dict(filters) if isinstance(filters, Mapping) else filters)
+        now = now_ts()
         for batch in self.backend.iter_items(batch_size):
-            yield from batch
+            for item in batch:
+                if (wanted is None or item.corpus in wanted) \
+                        and (parsed is None or selection.item_matches(item, parsed, now)):
+                    yield item
 
     def export_batches(
         self, *, batch_size: int = 500, vectors: bool = False, corpora: Sequence[str] | None = None,
@@ -347,6 +357,7 @@ class KnowledgeBase:
             if self.vector_dim is not None else self.count(),
             "reembed_pending": self.backend.get_meta(META_PENDING_EMBEDDER),
             "awaiting_embedding": self.awaiting_embedding(),
+            "version": _package_version(),
         }
         if self.backend.newer_schema is not None:
             out["read_only"] = self.backend.newer_schema
@@ -354,15 +365,15 @@ class KnowledgeBase:
 
     def awaiting_embedding(self) -> int:
         """How many items wait for a vector from this store's model (0 without a model)."""
-        if self.embedder is None or self.backend.vector_dim() is None or not self.has_vectors:
-            return 0
-        return len(self.backend.ids_missing_vectors(10**9))
+        usable = self.embedder is not None and self.backend.vector_dim() is not None and self.has_vectors
+        return len(self.backend.ids_missing_vectors(10**9)) if usable else 0
 
     # -- search -----------------------------------------------------------------------------
 
     def search(
         self, query: str, *, mode: str = "hybrid", limit: int = 10, offset: int = 0,
-        corpora: Sequence[str] | str | None = None, filters: Filters | Mapping[str, Any] | None = None,
+        corpus: str | None = None, corpora: Sequence[str] | str | None = None,
+        filters: Filters | Mapping[str, Any] | None = None,
         fusion: str | None = None, weights: Sequence[float] | None = None,
         rrf_k: float = pipeline.fusion_lib.RRF_K, depth: int | None = None,
         dedup_threshold: float | None = pipeline.dedup.DEFAULT_THRESHOLD,
@@ -372,6 +383,7 @@ class KnowledgeBase:
     ) -> SearchResult:
         """Hybrid search. A query's text never raises; bad options raise InvalidInputError.
 
+        `corpus="x"` searches one corpus, `corpora=[...]` several (default: all).
         `mode` is one of `model.MODES`, `fusion` one of `fusion.FUSIONS`.
         `dedup_threshold` is the token-Jaccard similarity at which near-duplicates
         collapse (None: off); `dedup_cosine` adds a cosine test on stored vectors.
@@ -402,13 +414,12 @@ class KnowledgeBase:
             min_score=opts["min_score"],
         )
         plan.validate()
-        names = self._resolve_corpora(corpora)
+        names = self._resolve_corpora(selection.pick_corpora(corpus, corpora))
         notes: list[str] = []
         embed = self._query_embedder(mode, notes)
         if embed is not None and self.backend.ids_missing_vectors(1):
-            waiting = self.awaiting_embedding()
-            notes.append(f"{waiting} item{'s' if waiting != 1 else ''} awaiting embedding: "
-                         f"found by full text only until embedded (`hybridkb embed`)")
+            notes.append(f"{self.awaiting_embedding()} item(s) awaiting embedding: found by full text "
+                         f"only until embedded (`hybridkb embed`)")
         result = pipeline.run(plan, self.backend, corpora=names, now=now_ts(), embed_query=embed,
                               labels=self.label_templates(), notes=notes)
         if touch and result.hits:
@@ -463,14 +474,12 @@ class KnowledgeBase:
     def corpus_settings(self, corpus: str) -> dict[str, Any]:
         """What the store remembers about a corpus (e.g. the folder `index` mirrors into it)."""
         raw = self.backend.get_meta(CORPUS_SETTINGS + validation.check_name("corpus", corpus))
-        value = json.loads(raw) if raw else {}
+        value = json.loads(raw or "{}")
         return value if isinstance(value, dict) else {}
 
     def set_corpus_settings(self, corpus: str, **values: Any) -> None:
         """Merge `values` (JSON values; None removes a key) into the corpus's settings."""
-        settings = self.corpus_settings(corpus)
-        settings.update(values)
-        settings = {k: v for k, v in settings.items() if v is not None}
+        settings = {k: v for k, v in {**self.corpus_settings(corpus), **values}.items() if v is not None}
         self.backend.set_meta(CORPUS_SETTINGS + corpus, json.dumps(settings, sort_keys=True))
 
     # -- memory -----------------------------------------------------------------------------
@@ -484,9 +493,10 @@ class KnowledgeBase:
         return self.add(text, kind=kind, scope=scope, ttl=ttl, corpus=corpus,
                         metadata=dict(metadata or {}), **fields)
 
-    def recall(self, query: str, *, limit: int = 10, corpora: Sequence[str] | str | None = None,
-               **options: Any) -> SearchResult:
+    def recall(self, query: str, *, limit: int = 10, corpus: str | None = None,
+               corpora: Sequence[str] | str | None = None, **options: Any) -> SearchResult:
         """Search memories with the score policy on, and count each returned hit as accessed."""
+        corpora = selection.pick_corpora(corpus, corpora)
         if corpora is None:
             corpora = [MEMORY_CORPUS] if MEMORY_CORPUS in self.corpora() else None
         options.setdefault("touch", True)
@@ -562,24 +572,18 @@ class KnowledgeBase:
         return done + self.embed_pending(batch_size=batch_size, progress=progress)
 
     def embed_pending(
-        self, *, batch_size: int = EMBED_BATCH, limit: int | None = None,
-        progress: Progress | None = None, stop: Callable[[], bool] | None = None,
+        self, *, batch_size: int = EMBED_BATCH, progress: Progress | None = None,
+        stop: Callable[[], bool] | None = None,
     ) -> int:
-        """Give vectors to the items waiting for one (deferred writes); returns how many.
-
-        One transaction per batch (an interrupt keeps what was done; the next call goes
-        on); the model gets each batch sorted by length. `stop` is asked between batches.
-        """
+        """Embed the items waiting for a vector, a transaction per batch; `stop` is asked between."""
         if self.embedder is None or not self.has_vectors:
             return 0
         validation.check_batch_size(batch_size)
         self.backend.ensure_vector_storage(self.embedder.dim)
-        done = 0
-        skipped: set[str] = set()
-        while (limit is None or done < limit) and not (stop is not None and stop()):
-            want = batch_size if limit is None else min(batch_size, limit - done)
-            ids = [i for i in self.backend.ids_missing_vectors(want + len(skipped))
-                   if i not in skipped][:want]
+        done, skipped = 0, set[str]()
+        while not (stop is not None and stop()):
+            ids = [i for i in self.backend.ids_missing_vectors(batch_size + len(skipped))
+                   if i not in skipped][:batch_size]
             if not ids:
                 break
             items = self.backend.get(ids, include_expired=True, now=now_ts())
