@@ -69,7 +69,7 @@ def test_deferred_items_are_found_by_text_at_once_and_by_vector_after_embedding(
     assert kb.stats()["awaiting_embedding"] == 1
     found = kb.search("kingfisher minnows", limit=5)
     assert found.ids[0] == "late"
-    assert any("1 item awaiting embedding" in note for note in found.notes)
+    assert any("1 item(s) awaiting embedding" in note for note in found.notes)
     assert "late" not in kb.search("kingfisher minnows", mode="vector", limit=5).ids
     assert kb.embed_pending() == 1
     assert kb.stats()["awaiting_embedding"] == 0
