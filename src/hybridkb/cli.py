@@ -417,18 +417,18 @@ def eval_(ctx: Context, dataset: str, split: str, modes: tuple[str, ...], fusion
 @click.option("--read-only", is_flag=True, help="Expose only search, recall, get, list_corpora.")
 @click.option("--corpora", "corpora_csv",
               help="Comma-separated corpora the server may see and write.")
-@click.option("--sync-embed", is_flag=True, help="Embed each write before it commits instead of "
-              "in the background thread.")
+@click.option("--defer-embed", is_flag=True, help="Commit writes as text at once and leave their "
+              "vectors to the background thread (default: a write embeds before it commits).")
 @pass_ctx
 @handle_errors
 def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None, read_only: bool,
-          corpora_csv: str | None, sync_embed: bool) -> None:
+          corpora_csv: str | None, defer_embed: bool) -> None:
     """Serve the store over MCP (stdio by default); with --http also REST and a search page.
 
     Logs go to stderr. Over HTTP: MCP at /mcp, the REST API at /api (OpenAPI at
-    /api/openapi.json) and the search page at /, all under one token. Writes commit
-    their text at once; a background thread embeds them (and anything else waiting
-    for a vector) unless --sync-embed or --read-only.
+    /api/openapi.json) and the search page at /, all under one token. A background
+    thread embeds whatever waits for a vector (e.g. an `index --no-embed`), unless
+    --read-only; with --defer-embed the server's own writes wait there too.
     """
     try:
         from . import mcp as mcp_server
@@ -443,10 +443,10 @@ def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None,
         token, generated = mcp_server.check_http_binding(host, token)
     kb = ctx.kb()
     server = mcp_server.build_server(kb, read_only=read_only, corpora=corpora)
-    if kb.embedder is not None and not sync_embed and not read_only:
+    if kb.embedder is not None and not read_only:
         from .background import BackgroundEmbedder
 
-        kb.embed_mode = "defer"
+        kb.embed_mode = "defer" if defer_embed else "sync"  # sync: remember, then recall, ranks it
         click.get_current_context().call_on_close(BackgroundEmbedder(kb).start().stop)
     if not use_http:
         mcp_server.run_stdio(server)
