@@ -7,9 +7,11 @@ Registered on the `hybridkb` group by cli.py; kept apart so the folder workflow
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,31 @@ import click
 from .cli_common import emit, handle_errors, pass_ctx
 from .cli_options import Context
 from .store import KnowledgeBase
+
+
+@contextmanager
+def ctrl_c_stops() -> Iterator[Callable[[], bool]]:
+    """Ctrl-C asks the work to stop at its next file or batch (a second one stops at once).
+
+    A KeyboardInterrupt raised inside a database call would be reported as a failed write
+    (SQLite turns an exception in a Python function it calls into an error); a flag asked
+    between units of work keeps the interrupt clean.
+    """
+    asked = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield asked.is_set
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        if asked.is_set():
+            raise KeyboardInterrupt
+        asked.set()
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield asked.is_set
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @contextmanager
@@ -47,8 +74,10 @@ def embed_pending(kb: KnowledgeBase, *, batch_size: int = 256, quiet: bool = Fal
             bar.update(n)
 
         try:
-            with work_bar(total, "embedding", "chunk") as bar:
-                kb.embed_pending(batch_size=batch_size, progress=count)
+            with ctrl_c_stops() as stop, work_bar(total, "embedding", "chunk") as bar:
+                kb.embed_pending(batch_size=batch_size, progress=count, stop=stop)
+                if stop():
+                    raise KeyboardInterrupt
         except KeyboardInterrupt:
             click.echo(f"embedding interrupted after {done} of {total}; the rest waits in the store "
                        f"(`hybridkb embed` continues)", err=True)
@@ -94,8 +123,9 @@ def _run_index(ctx: Context, kb: KnowledgeBase, path: Path, corpus: str, options
     from .ingest import CorpusRootError, IndexInterrupted, index_folder
 
     try:
-        return index_folder(kb, path, corpus, progress=lambda total, desc: work_bar(total, desc, "file"),
-                            **options)
+        with ctrl_c_stops() as stop:
+            return index_folder(kb, path, corpus, stop=stop,
+                                progress=lambda total, desc: work_bar(total, desc, "file"), **options)
     except CorpusRootError as exc:
         interactive = sys.stdin.isatty() and sys.stderr.isatty() and not ctx.as_json
         if not interactive or not click.confirm(

@@ -17,7 +17,7 @@ import hashlib
 import re
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -324,7 +324,7 @@ def _within(path: Path, folder: str) -> bool:
 def index_folder(
     kb: KnowledgeBase, root: str | Path, corpus: str, *, include: Iterable[str] = (),
     exclude: Iterable[str] = (), progress: ProgressFactory = no_progress, dry_run: bool = False,
-    replace: bool = False, base_url: str | None = None,
+    replace: bool = False, base_url: str | None = None, stop: Callable[[], bool] | None = None,
 ) -> IndexSummary:
     """Index a folder's Markdown, text and source files (or one file) into `corpus`, which mirrors it.
 
@@ -332,7 +332,9 @@ def index_folder(
     binary) are removed; files that cannot be read keep their chunks. A file inside
     the folder the corpus mirrors updates just that file. `dry_run` reports the
     changes (`changes`) without writing. On KeyboardInterrupt the finished files
-    are committed, and `IndexInterrupted` (a KeyboardInterrupt) carries the summary.
+    are committed, and `IndexInterrupted` (a KeyboardInterrupt) carries the summary; `stop`,
+    asked between files, ends the run the same way (the CLI's Ctrl-C sets it, so a signal never
+    lands inside a database call).
     """
     started = time.monotonic()
     target = Path(root).expanduser()
@@ -366,6 +368,8 @@ def index_folder(
     try:
         with progress(len(walked.files), "text") as bar:
             for source in walked.files:
+                if stop is not None and stop():
+                    raise KeyboardInterrupt
                 _one_file(sync, source, existing.pop(source.rel, {}), summary)
                 bar.update(1)
         for rel, old in existing.items():
