@@ -1,7 +1,8 @@
 """The CLI's global options and the context every command runs in.
 
-`--db`, `--embedder`, `--no-embedder` and `--json` are accepted before or after
-the command (`hybridkb --json search x` = `hybridkb search x --json`): the group
+`--db`, `--embedder`, `--no-embedder`, `--json`, `--replica` and `--read-your-writes` are
+accepted before or after the command (`hybridkb --json search x` = `hybridkb search x
+--json`): the group
 and every command carry them, and their values land in one place (`ctx.meta`),
 the later one winning. Each setting then comes from the first of: the flag, the
 environment (HYBRIDKB_DB, HYBRIDKB_EMBEDDER), the config file, the default.
@@ -19,7 +20,7 @@ import click
 
 from . import open as open_kb
 from .config import Config, load_config
-from .errors import NotFoundError
+from .errors import InvalidInputError, NotFoundError
 from .store import KnowledgeBase
 from .validation import is_postgres_target
 
@@ -34,7 +35,7 @@ NEEDS_STORE = frozenset({"search", "get", "stats", "export", "migrate", "delete"
 
 
 def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    if value is not None and value is not False:
+    if value is not None and value is not False and value != ():
         assert param.name is not None
         ctx.meta.setdefault(FLAGS, {})[param.name] = value
     return value
@@ -52,6 +53,13 @@ def _global_options() -> list[click.Option]:
                      callback=_remember, help="Full-text only: no vectors, no model load."),
         click.Option(["--json", "as_json"], is_flag=True, default=False, expose_value=False,
                      callback=_remember, help="Print one JSON object instead of a table."),
+        click.Option(["--replica", "replicas"], multiple=True, expose_value=False, callback=_remember,
+                     metavar="URL", help="A PostgreSQL streaming replica that answers searches "
+                                         "(repeatable; env HYBRIDKB_REPLICAS, space-separated); "
+                                         "writes go to --db."),
+        click.Option(["--read-your-writes"], is_flag=True, default=False, expose_value=False,
+                     callback=_remember, help="With --replica: a replica answers only once it has "
+                                              "replayed this process's writes."),
     ]
 
 
@@ -127,8 +135,17 @@ class Context:
         if self._kb is None:
             if self.command in NEEDS_STORE:
                 self.require_store()
-            self._kb = open_kb(self.db, embedder=self.embedder)
+            self._kb = open_kb(self.db, embedder=self.embedder, **self.replica_options())
         return self._kb
+
+    def replica_options(self) -> dict[str, Any]:
+        """`replicas=` and `read_your_writes=` for open(), when replicas are named."""
+        replicas = list(self._flags.get("replicas") or os.environ.get("HYBRIDKB_REPLICAS", "").split())
+        if not replicas:
+            return {}
+        if not is_postgres_target(self.db):
+            raise InvalidInputError("--replica needs a postgresql:// store (--db)")
+        return {"replicas": replicas, "read_your_writes": bool(self._flags.get("read_your_writes"))}
 
     def close(self) -> None:
         if self._kb is not None:
