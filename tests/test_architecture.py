@@ -29,9 +29,10 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "hybridkb"
 MAX_LINES = 600
 
 PURE = {"errors", "model", "fusion", "dedup", "scoring", "textquery", "labels", "progress", "validation",
-        "selection", "version"}
+        "selection", "version", "snippets", "pathglob"}
 FACE_PACKAGES = ("mcp", "evaluation", "ingest", "web", "adapters")
-FACE_MODULES = {"cli", "cli_options", "config", "mcp_server", "transfer"}
+FACE_MODULES = {"cli", "cli_options", "cli_common", "cli_index", "config", "mcp_server", "transfer",
+                "background", "watch"}
 RANK = {"pure": 0, "storage": 1, "embedding": 1, "pipeline": 2, "core": 3, "api": 4, "face": 5}
 # Imports a layer may make, beyond its own layer and pure modules.
 ALLOWED = {

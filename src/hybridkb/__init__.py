@@ -56,13 +56,15 @@ def __getattr__(name: str) -> Any:
 
 def open(
     target: str | Path, *, embedder: Embedder | str | None = "default",
-    score_policy: ScorePolicy | None = None, **backend_options: Any,
+    score_policy: ScorePolicy | None = None, embed: str = "sync", **backend_options: Any,
 ) -> KnowledgeBase:
     """Open (creating if needed) a store: a file path for SQLite, a postgresql:// URL (or a
     libpq "host=... dbname=..." string) for PostgreSQL. An empty target is refused.
 
     `embedder` is "default" (all-MiniLM-L6-v2, offline), an Embedder, a name
-    ("hashing-64"), or None for a full-text-only store.
+    ("hashing-64"), or None for a full-text-only store. `embed="sync"` (the default)
+    writes each item's vector with it; `embed="defer"` commits text only and leaves
+    the vectors to `kb.embed_pending()` (see `KnowledgeBase.embed_mode`).
     """
     location = validation.check_target(target)
     model = get_embedder(embedder)
@@ -75,7 +77,7 @@ def open(
 
         backend = open_sqlite(location, **backend_options)
     try:
-        return KnowledgeBase(backend, model, score_policy=score_policy)
+        return KnowledgeBase(backend, model, score_policy=score_policy, embed=embed)
     except BaseException:
         backend.close()
         raise

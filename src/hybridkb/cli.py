@@ -6,59 +6,22 @@ stderr and a non-zero exit.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sys
-import textwrap
-from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
+from . import cli_index
 from . import open as open_kb
+from .cli_common import _fail, emit, handle_errors, pass_ctx, progress_bar
 from .cli_options import Context, add_global_options, global_options, require_store
 from .errors import HybridKBError, InvalidInputError
 from .fusion import DEFAULT_MERGE, FUSIONS, MERGES
-from .model import MODES, Item, SearchResult, iso
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(1)
-
-
-def handle_errors(func: F) -> F:
-    """Map library and OS errors to one clear line and exit status 1."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except HybridKBError as exc:
-            _fail(str(exc))
-        except (OSError, UnicodeDecodeError) as exc:
-            _fail(str(exc))
-
-    return wrapper  # type: ignore[return-value]
-
-
-def emit(ctx: Context, data: Any, human: Callable[[], None]) -> None:
-    if ctx.as_json:
-        click.echo(json.dumps(data, ensure_ascii=False, default=str))
-    else:
-        human()
-
-
-def progress_bar(total: int | None, desc: str) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="item", file=sys.stderr,
-                disable=not sys.stderr.isatty() and os.environ.get("HYBRIDKB_PROGRESS") != "1")
+from .model import MODES, Hit, Item, SearchResult, iso
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -79,9 +42,6 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
     except HybridKBError as exc:
         _fail(str(exc))
     ctx.call_on_close(ctx.obj.close)
-
-
-pass_ctx = click.make_pass_decorator(Context)
 
 
 @cli.command()
@@ -147,28 +107,55 @@ def import_(ctx: Context, file: Path, corpus: str | None, batch_size: int, skip_
     from . import transfer
 
     kb = ctx.kb()
+    kb.embed_mode = "defer"  # text first; the vectors follow below, with their own progress line
     with progress_bar(None, "importing") as bar:
         report = transfer.import_file(kb, file, batch_size=batch_size, skip_bad=skip_bad,
                                       corpus=corpus, progress=bar.update)
+    embedded = cli_index.embed_pending(kb, quiet=ctx.as_json) if kb.awaiting_embedding() else {}
     for message in report.skipped[:20]:
         click.echo(f"skipped: {message}", err=True)
     for note in report.notes:
         click.echo(f"note: {note}", err=True)
     total, skipped = report.imported, len(report.skipped)
-    emit(ctx, {"imported": total, "skipped": skipped},
+    emit(ctx, {"imported": total, "skipped": skipped, **embedded},
          lambda: click.echo(f"imported {total} items" + (f", skipped {skipped}" if skipped else "")))
 
 
-def format_hits(result: SearchResult, explain: bool) -> str:
+def _where(hit: Hit, roots: dict[str, str], line: int) -> str:
+    """`path:line`, the path as the shell here reaches it (so terminals and editors can open it)."""
+    path = hit.path or ""
+    root = roots.get(hit.corpus)
+    if root:
+        full = Path(root) / path if Path(root).is_dir() else Path(root)
+        try:
+            path = os.path.relpath(full)
+        except ValueError:  # another drive (Windows)
+            path = str(full)
+        if path.startswith(".."):
+            path = str(full)
+    return f"{path}:{line}"
+
+
+def format_hits(result: SearchResult, explain: bool, *, ansi: bool = False,
+                roots: dict[str, str] | None = None) -> str:
+    """Hits as text: rank, score, label, `path:line` and the best-matching lines, terms marked."""
+    from .snippets import best_lines, highlight, query_terms, snippet
+
     if not result.hits:
         return f"no results (answered by: {result.answered_by})"
-    width = 100
+    terms = query_terms(result.query)
     lines = [f"answered by: {result.answered_by}"] + [f"note: {n}" for n in result.notes]
     for rank, hit in enumerate(result.hits, start=1):
         head = f"{rank:>3}. {hit.score:.3f}  {hit.source_label}  ({hit.id})"
         lines.append(head)
-        snippet = " ".join(hit.text.split())
-        lines.append(textwrap.indent(textwrap.shorten(snippet, width=width, placeholder=" …"), "      "))
+        if hit.path is not None and hit.start_line is not None:
+            shown = best_lines(hit.text, result.query, first_line=hit.start_line)
+            lines.append(f"      {_where(hit, roots or {}, shown.best)}")
+            width = len(str(shown.last))
+            for number, text in enumerate(shown.lines, start=shown.first):
+                lines.append(f"      {number:>{width}} │ {highlight(text, terms, ansi=ansi)}")
+        else:
+            lines.append("      " + highlight(snippet(hit.text, result.query, 100), terms, ansi=ansi))
         if hit.alternate_sources:
             alts = ", ".join(a.get("source", a["id"]) for a in hit.alternate_sources)
             lines.append(f"      also in: {alts}")
@@ -188,6 +175,11 @@ def format_hits(result: SearchResult, explain: bool) -> str:
 @click.option("--offset", default=0, show_default=True)
 @click.option("--corpus", "corpora", multiple=True, help="Search this corpus (repeatable).")
 @click.option("--kind", "kinds", multiple=True, help="Only items of this kind (repeatable).")
+@click.option("--path", "paths", multiple=True, metavar="GLOB",
+              help="Only indexed files matching this glob or under this folder, e.g. "
+                   "'src/**/*.py', 'docs/' (repeatable).")
+@click.option("--language", "languages", multiple=True, help="Only indexed files of this language "
+              "(python, markdown...; repeatable).")
 @click.option("--filter", "filter_json", help='Filters as JSON, e.g. {"metadata": {"team": "x"}}.')
 @click.option("--fusion", type=click.Choice(FUSIONS), default=None)
 @click.option("--min-score", type=float, help="Drop hits scoring lower (scores are in [0, 1]).")
@@ -198,16 +190,21 @@ def format_hits(result: SearchResult, explain: bool) -> str:
 @pass_ctx
 @handle_errors
 def search(ctx: Context, query: str, mode: str, limit: int, offset: int, corpora: tuple[str, ...],
-           kinds: tuple[str, ...], filter_json: str | None, fusion: str | None,
-           min_score: float | None, merge: str, explain: bool, touch: bool) -> None:
+           kinds: tuple[str, ...], paths: tuple[str, ...], languages: tuple[str, ...],
+           filter_json: str | None, fusion: str | None, min_score: float | None, merge: str,
+           explain: bool, touch: bool) -> None:
     """Search the store."""
     filters = _parse_json_object(filter_json, "--filter")
-    if kinds:
-        filters["kind"] = list(kinds)
-    result = ctx.kb().search(query, mode=mode, limit=limit, offset=offset,
-                             corpora=list(corpora) or None, filters=filters or None,
-                             fusion=fusion, min_score=min_score, merge=merge, touch=touch)
-    emit(ctx, result.to_dict(explain=explain), lambda: click.echo(format_hits(result, explain)))
+    for key, values in (("kind", kinds), ("path", paths), ("language", languages)):
+        if values:
+            filters[key] = list(values)
+    kb = ctx.kb()
+    result = kb.search(query, mode=mode, limit=limit, offset=offset,
+                       corpora=list(corpora) or None, filters=filters or None,
+                       fusion=fusion, min_score=min_score, merge=merge, touch=touch)
+    roots = {c: str(kb.corpus_settings(c).get("root") or "") for c in {h.corpus for h in result.hits}}
+    emit(ctx, result.to_dict(explain=explain), lambda: click.echo(
+        format_hits(result, explain, ansi=sys.stdout.isatty(), roots=roots)))
 
 
 def item_json(item: Item) -> dict[str, Any]:
@@ -260,6 +257,8 @@ def stats(ctx: Context) -> None:
         click.echo(f"items:    {data['items']}")
         click.echo(f"embedder: {data['embedder'] or 'none'} ({data['vector_dim'] or '-'} dims)")
         click.echo(f"without vectors: {data['items_without_vectors']}")
+        if data["awaiting_embedding"]:
+            click.echo(f"awaiting embedding: {data['awaiting_embedding']:,} items (`hybridkb embed`)")
         for name, count in data["corpora"].items():
             click.echo(f"  {name}: {count}")
 
@@ -435,14 +434,18 @@ def eval_(ctx: Context, datasets: tuple[str, ...], split: str, modes: tuple[str,
 @click.option("--read-only", is_flag=True, help="Expose only search, recall, get, list_corpora.")
 @click.option("--corpora", "corpora_csv",
               help="Comma-separated corpora the server may see and write.")
+@click.option("--defer-embed", is_flag=True, help="Commit writes as text at once and leave their "
+              "vectors to the background thread (default: a write embeds before it commits).")
 @pass_ctx
 @handle_errors
 def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None, read_only: bool,
-          corpora_csv: str | None) -> None:
+          corpora_csv: str | None, defer_embed: bool) -> None:
     """Serve the store over MCP (stdio by default); with --http also REST and a search page.
 
     Logs go to stderr. Over HTTP: MCP at /mcp, the REST API at /api (OpenAPI at
-    /api/openapi.json) and the search page at /, all under one token.
+    /api/openapi.json) and the search page at /, all under one token. A background
+    thread embeds whatever waits for a vector (e.g. an `index --no-embed`), unless
+    --read-only; with --defer-embed the server's own writes wait there too.
     """
     try:
         from . import mcp as mcp_server
@@ -455,7 +458,13 @@ def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None,
         ctx.require_store()  # nothing to serve, and nothing may be written
     if use_http:
         token, generated = mcp_server.check_http_binding(host, token)
-    server = mcp_server.build_server(ctx.kb(), read_only=read_only, corpora=corpora)
+    kb = ctx.kb()
+    server = mcp_server.build_server(kb, read_only=read_only, corpora=corpora)
+    if kb.embedder is not None and not read_only:
+        from .background import BackgroundEmbedder
+
+        kb.embed_mode = "defer" if defer_embed else "sync"  # sync: remember, then recall, ranks it
+        click.get_current_context().call_on_close(BackgroundEmbedder(kb).start().stop)
     if not use_http:
         mcp_server.run_stdio(server)
         return
@@ -471,39 +480,6 @@ def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None,
         click.echo(f"bearer token for this run: {token}", err=True)
     click.echo(f"search page: {base}/?token={token if generated else '<your token>'}", err=True)
     web.run(app, host=host, port=port)
-
-
-@cli.command(name="index")
-@click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--corpus", required=True, help="The corpus that mirrors PATH (chunks of gone files "
-              "are removed from it).")
-@click.option("--include", "includes", multiple=True, metavar="GLOB",
-              help="Only files matching this gitignore-style glob (repeatable).")
-@click.option("--exclude", "excludes", multiple=True, metavar="GLOB",
-              help="Skip files and folders matching this gitignore-style glob (repeatable).")
-@pass_ctx
-@handle_errors
-def index_(ctx: Context, path: Path, corpus: str, includes: tuple[str, ...],
-           excludes: tuple[str, ...]) -> None:
-    """Index a folder's Markdown, text and source files; a re-run touches only what changed.
-
-    Respects .gitignore; skips binary files and files over 1 MB.
-    """
-    from .ingest import index_folder
-
-    summary = index_folder(ctx.kb(), path, corpus, include=includes, exclude=excludes,
-                           progress=progress_bar)
-
-    def human() -> None:
-        for skipped in summary.skipped[:20]:
-            click.echo(f"skipped: {skipped.path}: {skipped.reason}", err=True)
-        if len(summary.skipped) > 20:
-            click.echo(f"skipped: ... and {len(summary.skipped) - 20} more", err=True)
-        for warning in summary.warnings[:20]:
-            click.echo(f"warning: {warning}", err=True)
-        click.echo(summary.line())
-
-    emit(ctx, summary.to_dict(), human)
 
 
 def _require_store(db: str) -> None:
@@ -589,6 +565,7 @@ def migrate(ctx: Context, target: str, batch_size: int, no_vectors: bool) -> Non
          lambda: click.echo(f"migrated {report.imported} items to {dest.target}"))
 
 
+cli_index.register(cli)
 add_global_options(cli)
 
 

@@ -12,12 +12,7 @@ from typing import Any
 
 from . import pipeline, selection, validation
 from .embedding import Embedder, content_hash
-from .errors import (
-    EmbedderMismatchError,
-    InvalidInputError,
-    NotFoundError,
-    StoreError,
-)
+from .errors import EmbedderMismatchError, InvalidInputError, NotFoundError, StoreError
 from .model import (
     ITEM_FIELDS,
     Filters,
@@ -44,6 +39,8 @@ from .version import package_version as _package_version
 MEMORY_CORPUS = "memory"
 
 Progress = Callable[[int], None]
+CORPUS_SETTINGS = "corpus_settings:"  # meta key prefix: one JSON object per corpus
+EMBED_BATCH = 256  # items per embedding transaction when draining the queue
 
 _UNSET: Any = object()  # tells a deprecated keyword that was not given from one given as None
 
@@ -64,10 +61,11 @@ class KnowledgeBase:
     """
 
     def __init__(self, backend: Backend, embedder: Embedder | None, *,
-                 score_policy: ScorePolicy | None = None) -> None:
+                 score_policy: ScorePolicy | None = None, embed: str = "sync") -> None:
         self.backend = backend
         self.embedder = embedder
         self.score_policy = score_policy or ScorePolicy()
+        self.embed_mode = validation.check_embed_mode(embed)
         self._vector_problem: EmbedderMismatchError | None = None
         if backend.newer_schema is not None:
             warnings.warn(f"{backend.url}: {backend.newer_schema}", NewerSchemaWarning, stacklevel=3)
@@ -134,21 +132,22 @@ class KnowledgeBase:
 
     # -- writes -----------------------------------------------------------------------------
 
-    def add(self, text: str, **fields: Any) -> str:
+    def add(self, text: str, *, embed: str | None = None, **fields: Any) -> str:
         """Add one item; returns its id. An existing id is an error (use `upsert`)."""
-        return self.add_many([{"text": text, **fields}])[0]
+        return self.add_many([{"text": text, **fields}], embed=embed)[0]
 
-    def upsert(self, text: str, **fields: Any) -> str:
+    def upsert(self, text: str, *, embed: str | None = None, **fields: Any) -> str:
         """Insert or replace one item by id (created_at and access counts are kept)."""
-        return self.add_many([{"text": text, **fields}], replace=True)[0]
+        return self.add_many([{"text": text, **fields}], replace=True, embed=embed)[0]
 
     def add_many(
         self, items: Iterable[Item | Mapping[str, Any]], *, replace: bool = False,
-        batch_size: int = 256, progress: Progress | None = None,
+        batch_size: int = 256, progress: Progress | None = None, embed: str | None = None,
     ) -> list[str]:
         """Add items in batches; each batch is one transaction (all of it or none).
 
-        Vectors are computed for new or changed text only (by content hash).
+        Vectors are computed for new or changed text only (by content hash), before the
+        commit with `embed="sync"`, later with `embed="defer"` (default: `self.embed_mode`).
         """
         validation.check_batch_size(batch_size)
         if not isinstance(replace, bool):
@@ -157,17 +156,18 @@ class KnowledgeBase:
             raise InvalidInputError("progress must be a callable taking a count")
         if isinstance(items, Item | Mapping | str | bytes) or not isinstance(items, Iterable):
             raise InvalidInputError(f"items must be a list of items, not {type(items).__name__}")
+        defer = validation.check_embed_mode(self.embed_mode if embed is None else embed) == "defer"
         ids: list[str] = []
         batch: list[tuple[Item, Vector | None]] = []
         for raw in items:
             batch.append(self._prepare(raw))
             if len(batch) >= batch_size:
-                ids.extend(self._write_batch(batch, replace))
+                ids.extend(self._write_batch(batch, replace, defer))
                 if progress:
                     progress(len(batch))
                 batch = []
         if batch:
-            ids.extend(self._write_batch(batch, replace))
+            ids.extend(self._write_batch(batch, replace, defer))
             if progress:
                 progress(len(batch))
         return ids
@@ -230,7 +230,8 @@ class KnowledgeBase:
             dim = self.embedder.dim
         return codec.normalized(vector, dim, label=f"item {item_id!r}")
 
-    def _write_batch(self, batch: list[tuple[Item, Vector | None]], replace: bool) -> list[str]:
+    def _write_batch(self, batch: list[tuple[Item, Vector | None]], replace: bool,
+                     defer: bool = False) -> list[str]:
         items = [it for it, _ in batch]
         seen: set[str] = set()
         for it in items:
@@ -250,7 +251,7 @@ class KnowledgeBase:
             unchanged = self.backend.embedded_hashes([it.id for it in items]) if replace else {}  # type: ignore[misc]
             todo = [i for i, it in enumerate(items)
                     if vectors[i] is None and unchanged.get(it.id) != hashes[i]]  # type: ignore[arg-type]
-            if todo:
+            if todo and not defer:  # a deferred write leaves every changed text to the queue
                 embedded = self.embedder.embed_documents([items[i].embedding_text for i in todo])
                 for i, vec in zip(todo, embedded, strict=True):
                     vectors[i] = vec
@@ -350,11 +351,17 @@ class KnowledgeBase:
             "items_without_vectors": len(self.backend.ids_missing_vectors(10**9))
             if self.vector_dim is not None else self.count(),
             "reembed_pending": self.backend.get_meta(META_PENDING_EMBEDDER),
+            "awaiting_embedding": self.awaiting_embedding(),
             "version": _package_version(),
         }
         if self.backend.newer_schema is not None:
             out["read_only"] = self.backend.newer_schema
         return out
+
+    def awaiting_embedding(self) -> int:
+        """How many items wait for a vector from this store's model (0 without a model)."""
+        usable = self.embedder is not None and self.backend.vector_dim() is not None and self.has_vectors
+        return len(self.backend.ids_missing_vectors(10**9)) if usable else 0
 
     # -- search -----------------------------------------------------------------------------
 
@@ -409,6 +416,9 @@ class KnowledgeBase:
         names = self._resolve_corpora(selection.pick_corpora(corpus, corpora))
         notes: list[str] = []
         embed = self._query_embedder(mode, notes)
+        if embed is not None and self.backend.ids_missing_vectors(1):
+            notes.append(f"{self.awaiting_embedding()} item(s) awaiting embedding: found by full text "
+                         f"only until embedded (`hybridkb embed`)")
         result = pipeline.run(plan, self.backend, corpora=names, now=now_ts(), embed_query=embed,
                               labels=self.label_templates(), notes=notes)
         if touch and result.hits:
@@ -459,6 +469,17 @@ class KnowledgeBase:
         validation.check_label_template(template)
         labels[validation.check_name("corpus", corpus)] = template
         self.backend.set_meta(META_LABEL_TEMPLATES, json.dumps(labels))
+
+    def corpus_settings(self, corpus: str) -> dict[str, Any]:
+        """What the store remembers about a corpus (e.g. the folder `index` mirrors into it)."""
+        raw = self.backend.get_meta(CORPUS_SETTINGS + validation.check_name("corpus", corpus))
+        value = json.loads(raw or "{}")
+        return value if isinstance(value, dict) else {}
+
+    def set_corpus_settings(self, corpus: str, **values: Any) -> None:
+        """Merge `values` (JSON values; None removes a key) into the corpus's settings."""
+        settings = {k: v for k, v in {**self.corpus_settings(corpus), **values}.items() if v is not None}
+        self.backend.set_meta(CORPUS_SETTINGS + corpus, json.dumps(settings, sort_keys=True))
 
     # -- memory -----------------------------------------------------------------------------
 
@@ -547,17 +568,29 @@ class KnowledgeBase:
             self._record_model()
         self._refresh_vector_problem()
         self.backend.ensure_vector_storage(dim)
-        skipped: set[str] = set()
-        while ids := [i for i in self.backend.ids_missing_vectors(batch_size + len(skipped))
-                      if i not in skipped][:batch_size]:
+        return done + self.embed_pending(batch_size=batch_size, progress=progress)
+
+    def embed_pending(
+        self, *, batch_size: int = EMBED_BATCH, progress: Progress | None = None,
+        stop: Callable[[], bool] | None = None,
+    ) -> int:
+        """Embed the items waiting for a vector, a transaction per batch; `stop` is asked between."""
+        if self.embedder is None or not self.has_vectors:
+            return 0
+        validation.check_batch_size(batch_size)
+        self.backend.ensure_vector_storage(self.embedder.dim)
+        done, skipped = 0, set[str]()
+        while not (stop is not None and stop()):
+            ids = [i for i in self.backend.ids_missing_vectors(batch_size + len(skipped))
+                   if i not in skipped][:batch_size]
+            if not ids:
+                break
             items = self.backend.get(ids, include_expired=True, now=now_ts())
             vectors = self.embedder.embed_documents([it.embedding_text for it in items])
             written = self.backend.write_vectors(
                 [it.id for it in items], list(vectors),
                 [content_hash(it.embedding_text) for it in items])
-            # An item deleted or rewritten between `get` and `write_vectors` is left alone:
-            # its writer embedded the new text itself (or wrote it without a model).
-            if written < len(ids):
+            if written < len(ids):  # rewritten or deleted since `get`: left to its writer
                 skipped.update(ids)
             done += written
             if progress:

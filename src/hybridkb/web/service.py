@@ -12,8 +12,8 @@ from typing import Any
 from ..errors import InvalidInputError, NotFoundError
 from ..fusion import DEFAULT_FUSION
 from ..labels import source_label
-from ..mcp.tools import snippet
 from ..model import Hit, Item, SearchResult, iso
+from ..snippets import snippet
 from ..store import MEMORY_CORPUS, KnowledgeBase
 from .highlight import location, term_spans
 

@@ -163,7 +163,8 @@ def _metadata_in(alias: str, key: str, values: Sequence[Any]) -> tuple[str, list
 
 
 _DIALECT = records.FilterDialect(
-    mark="%s", one_of=_one_of, is_false=lambda column: f"NOT {column}", metadata_in=_metadata_in)
+    mark="%s", one_of=_one_of, is_false=lambda column: f"NOT {column}", metadata_in=_metadata_in,
+    path_matches=lambda alias, regex: (f"({alias}.metadata ->> 'path') ~ %s", [regex]))
 
 
 def filter_sql(area: SearchArea, *, corpus: bool = True) -> tuple[sql.Composable, list[Any]]:

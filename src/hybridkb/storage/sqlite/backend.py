@@ -69,6 +69,8 @@ _DIALECT = records.FilterDialect(
     one_of=lambda column, values: (f"{column} IN ({_marks(len(values))})", list(values)),
     is_false=lambda column: f"{column} = 0",
     metadata_in=_metadata_in,
+    # REGEXP is the Python function driver.connect registers on every connection
+    path_matches=lambda alias, regex: (f"json_extract({alias}.metadata, '$.path') REGEXP ?", [regex]),
 )
 
 
@@ -436,8 +438,11 @@ class SQLiteBackend:
         return out
 
     def ids_missing_vectors(self, limit: int) -> list[str]:
+        # The partial index holds just the queue; without statistics the planner would scan
+        # every item in rowid order instead (every search asks whether the queue is empty).
         return [r[0] for r in self._read(
-            "SELECT id FROM items WHERE embedded_hash IS NULL OR embedded_hash != content_hash "
+            "SELECT id FROM items INDEXED BY items_unembedded "
+            "WHERE embedded_hash IS NULL OR embedded_hash != content_hash "
             "ORDER BY rowid LIMIT ?", (limit,))]
 
     # -- retrieval ------------------------------------------------------------------------------
