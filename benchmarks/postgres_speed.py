@@ -1,22 +1,33 @@
-"""PostgreSQL backend speed on the SQLite benchmark's items and queries.
+"""PostgreSQL backend speed beside SQLite and an exact reference, in one run.
 
-python -m benchmarks.postgres_speed [--sizes 10000,100000] [--queries 200] [--warmup 20]
+python -m benchmarks.postgres_speed [--sizes 100000] [--large] [--queries 200] [--warmup 20]
 
-Starts a throwaway PostgreSQL + pgvector server (tests/pgserver.py, default settings),
-ingests the items of benchmarks.data with their cached vectors (add_many, batches of
-2,000; hnsw_min_rows set to the store size, so the write that crosses it builds the HNSW
-index once), then times FTS, vector and hybrid search (limit 10, query vectors looked up,
-modes interleaved per query after a warm-up) and prints a markdown table beside the
-SQLite figures of the docs/benchmarks.md run of 2026-11-22T15:38:50 (copied into SQLITE).
+Starts a throwaway PostgreSQL + pgvector server (tests/pgserver.py; shared_buffers 1 GB,
+maintenance_work_mem 1 GB), and per size:
+- ingests the items of benchmarks.data with their cached vectors (add_many, batches of
+  2,000, so COPY; hnsw_min_rows set to the store size, so the last batch builds the HNSW
+  index once), then merges the BM25 index's blocks (`optimize()`, timed apart);
+- builds the same store in SQLite (a temporary file) for its figures;
+- times, interleaved query by query after a warm-up, `kb.search(q, limit=10)` in fts,
+  vector and hybrid mode (query vectors looked up: embedding excluded) on PostgreSQL
+  (top-k BM25), on the same database with `bm25_search="exact"` (every match scored: the
+  exact reference) and on SQLite;
+- measures vector recall@10 of the PostgreSQL retriever against exact cosine (numpy),
+  with no filter, a broad filter (metadata dataset = nfcorpus, ~41% of the items: HNSW with
+  iterative scan) and a selective one (metadata copy = 0, 8,816 items: exact scan).
+`--large` adds 1,000,000 items. Prints a markdown table; JSON to benchmarks/results/.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,14 +45,33 @@ from .run import ROOT
 BATCH = 2000
 LIMIT = 10
 MODES = ("fts", "vector", "hybrid")
-# SQLite (p50 ms, p95 ms) and ingest items/s from docs/benchmarks.md, run of
-# 2026-11-22T15:38:50 (300 queries in the same order, load average 4.5-5.2).
-SQLITE: dict[int, dict[str, Any]] = {
-    10_000: {"fts": (18.35, 41.02), "vector": (9.75, 16.23), "hybrid": (25.21, 51.07),
-             "ingest": 2866.0},
-    100_000: {"fts": (86.67, 234.0), "vector": (36.45, 56.54), "hybrid": (112.0, 269.0),
-              "ingest": 1502.0},
-}
+SERVER = {"shared_buffers": "1GB", "maintenance_work_mem": "1GB", "max_wal_size": "8GB",
+          "work_mem": "32MB"}
+FILTERS: dict[str, dict[str, Any]] = {
+    "none": {}, "broad (dataset = nfcorpus)": {"dataset": "nfcorpus"},
+    "selective (copy = 0)": {"copy": 0}}
+
+
+def _ingest(kb: hybridkb.KnowledgeBase, items: list[dict[str, Any]]) -> float:
+    return clock(kb.add_many, items, batch_size=BATCH)[1]
+
+
+def _recall(kb: hybridkb.KnowledgeBase, data: BenchData, vectors: Any, items: list[dict[str, Any]],
+            queries: int) -> dict[str, float]:
+    out = {}
+    ids = np.array([it["id"] for it in items])
+    for name, meta in FILTERS.items():
+        keep = np.array([all(it["metadata"].get(k) == v for k, v in meta.items()) for it in items])
+        filters = Filters(metadata=tuple((k, (v,)) for k, v in meta.items()))
+        area = SearchArea(corpora=(CORPUS,), filters=filters, now=time.time())
+        hit = []
+        for qv in data.query_vectors[:queries]:
+            scores = vectors[keep] @ qv
+            exact = set(ids[keep][np.argpartition(-scores, LIMIT)[:LIMIT]])
+            got = {r[0] for r in kb.backend.vector_search(qv, area, LIMIT)}
+            hit.append(len(exact & got) / LIMIT)
+        out[name] = float(np.mean(hit))
+    return out
 
 
 def measure(dsn: str, n: int, data: BenchData, model: Embedder, queries: int,
@@ -49,81 +79,89 @@ def measure(dsn: str, n: int, data: BenchData, model: Embedder, queries: int,
     out: dict[str, Any] = {"items": n, "load_start": os.getloadavg()}
     vectors = item_vectors(data, n)
     items = make_items(data, n, vectors)
-    ids = [it["id"] for it in items]
     embedder = BenchEmbedder(model, dict(zip(data.queries, data.query_vectors, strict=True)))
-    kb = hybridkb.open(dsn, embedder=embedder, hnsw_min_rows=n)
+    pg = hybridkb.open(dsn, embedder=embedder, hnsw_min_rows=n)
+    exact = hybridkb.open(dsn, embedder=embedder, bm25_search="exact")
+    folder = tempfile.mkdtemp(prefix="hkb-bench-")
+    lite = hybridkb.open(str(Path(folder) / "kb.db"), embedder=embedder)
     try:
-        marks = [time.perf_counter()]
-        _, ingest_s = clock(kb.add_many, items, batch_size=BATCH,
-                            progress=lambda _k: marks.append(time.perf_counter()))
-        del items
-        batches = np.diff(marks)  # the last batch crosses hnsw_min_rows: it builds the index
-        typical = float(np.median(batches[:-1])) if len(batches) > 1 else 0.0
-        out.update(ingest_s=ingest_s, ingest_per_s=n / ingest_s,
-                   ingest_per_s_no_hnsw=n / (ingest_s - float(batches[-1]) + typical),
-                   last_batch_s=float(batches[-1]), typical_batch_s=typical,
-                   hnsw_build_s=float(batches[-1]) - typical)
-        scope = SearchArea(corpora=(CORPUS,), filters=Filters(), now=time.time())
-        plan = kb.backend.explain_vector_search(data.query_vectors[0], scope, LIMIT)
-        out["hnsw_used"] = "hnsw" in plan.lower()
-        out["plan"] = "\n".join(ln for ln in plan.splitlines() if "Scan" in ln)
-        pairs = list(zip(data.queries, data.query_vectors, strict=True))
+        out["pg_ingest_s"] = _ingest(pg, items)
+        out["pg_merge_s"] = clock(pg.backend.optimize)[1]  # type: ignore[attr-defined]
+        out["sqlite_ingest_s"] = _ingest(lite, items)
+        print(f"   ingest: PostgreSQL {n / out['pg_ingest_s']:,.0f} items/s, SQLite "
+              f"{n / out['sqlite_ingest_s']:,.0f} items/s", file=sys.stderr, flush=True)
+        stores = {"pg": pg, "pg_exact": exact, "sqlite": lite}
 
         def one_round(text: str) -> dict[str, float]:
-            return {m: clock(kb.search, text, mode=m, limit=LIMIT)[1] for m in MODES}
+            times = {f"{s}:{m}": clock(kb.search, text, mode=m, limit=LIMIT)[1]
+                     for s, kb in stores.items() for m in MODES
+                     if not (s == "pg_exact" and m == "vector")}
+            return times
 
-        for text, _ in pairs[:warmup]:
+        for text in data.queries[:warmup]:
             one_round(text)
-        rounds = [one_round(text) for text, _ in pairs[:queries]]
-        out["latency"] = {m: stats([r[m] for r in rounds]) for m in MODES}
+        rounds = [one_round(text) for text in data.queries[:queries]]
+        out["latency"] = {k: stats([r[k] for r in rounds]) for k in rounds[0]}
         out["queries"] = len(rounds)
-        # recall@10 of the backend's vector retriever (HNSW) against exact cosine.
-        hit = []
-        for _, qv in pairs[:queries]:
-            exact = {ids[i] for i in np.argpartition(-(vectors @ qv), LIMIT)[:LIMIT]}
-            got = {r[0] for r in kb.backend.vector_search(qv, scope, LIMIT)}
-            hit.append(len(exact & got) / LIMIT)
-        out["recall_at_10"] = float(np.mean(hit))
+        out["recall_at_10"] = _recall(pg, data, vectors, items, queries)
+        same = 0
+        for text in data.queries[:queries]:  # the top-k path and the exact one agree
+            a = pg.search(text, mode="fts", limit=LIMIT).ids
+            same += a == exact.search(text, mode="fts", limit=LIMIT).ids
+        out["fts_same_as_exact"] = same / queries
     finally:
-        kb.close()
+        pg.close()
+        exact.close()
+        lite.close()
+        for f in Path(folder).iterdir():
+            f.unlink()
+        os.rmdir(folder)
     out["load_end"] = os.getloadavg()
     return out
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    rows = ["| items | figure | PostgreSQL p50 | PostgreSQL p95 | SQLite p50 | SQLite p95 "
-            "| PG / SQLite p50 | PG / SQLite p95 |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    rows = ["| items | mode (limit 10) | PostgreSQL p50 / p95 ms | exact BM25 reference p50 / p95 ms "
+            "| SQLite p50 / p95 ms | PG / exact p50 | PG / SQLite p50 |",
+            "|---:|---|---:|---:|---:|---:|---:|"]
     for r in results:
-        ref = SQLITE.get(r["items"], {})
+        lat = r["latency"]
         for m in MODES:
-            lat, base = r["latency"][m], ref.get(m, (float("nan"), float("nan")))
-            rows.append(f"| {r['items']:,} | {m} (ms) | {lat['p50_ms']:.2f} | {lat['p95_ms']:.2f} "
-                        f"| {base[0]:.2f} | {base[1]:.2f} | {lat['p50_ms'] / base[0]:.2f}x "
-                        f"| {lat['p95_ms'] / base[1]:.2f}x |")
-        sq = ref.get("ingest", float("nan"))
-        rows.append(f"| {r['items']:,} | ingest, vectors given (items/s) | "
-                    f"{r['ingest_per_s']:,.0f} | - | {sq:,.0f} | - "
-                    f"| {r['ingest_per_s'] / sq:.2f}x | - |")
-    notes = []
+            pg, lite = lat[f"pg:{m}"], lat[f"sqlite:{m}"]
+            ref = lat.get(f"pg_exact:{m}")
+            ref_cell = f"{ref['p50_ms']:.1f} / {ref['p95_ms']:.1f}" if ref else "-"
+            ratio = f"{pg['p50_ms'] / ref['p50_ms']:.2f}x" if ref else "-"
+            rows.append(f"| {r['items']:,} | {m} | {pg['p50_ms']:.1f} / {pg['p95_ms']:.1f} | {ref_cell} "
+                        f"| {lite['p50_ms']:.1f} / {lite['p95_ms']:.1f} | {ratio} "
+                        f"| {pg['p50_ms'] / lite['p50_ms']:.2f}x |")
+    rows += ["", "| items | figure | PostgreSQL | SQLite | ratio |", "|---:|---|---:|---:|---:|"]
     for r in results:
-        notes.append(
-            f"- {r['items']:,} items: ingest {r['ingest_s']:.1f} s incl. the HNSW build "
-            f"(last batch {r['last_batch_s']:.1f} s vs {r['typical_batch_s']:.2f} s typical: "
-            f"build ~{r['hnsw_build_s']:.1f} s; {r['ingest_per_s_no_hnsw']:,.0f} items/s "
-            f"without it); HNSW index in the KNN plan: {'yes' if r['hnsw_used'] else 'no'}; "
-            f"vector recall@10 vs exact {r['recall_at_10']:.3f}; {r['queries']} queries; "
-            f"load average {r['load_start'][0]:.1f} at start, {r['load_end'][0]:.1f} at end.")
+        n = r["items"]
+        pg_rate, lite_rate = n / r["pg_ingest_s"], n / r["sqlite_ingest_s"]
+        rows.append(f"| {n:,} | ingest, vectors given (items/s, incl. HNSW build) | {pg_rate:,.0f} "
+                    f"| {lite_rate:,.0f} | {pg_rate / lite_rate:.2f}x |")
+        rows.append(f"| {n:,} | BM25 index merge after the load (s) | {r['pg_merge_s']:.1f} | - | - |")
+        for name, value in r["recall_at_10"].items():
+            rows.append(f"| {n:,} | vector recall@10 vs exact, filter {name} | {value:.3f} | 1.000 | - |")
+        rows.append(f"| {n:,} | FTS top 10 identical to the exact reference | "
+                    f"{r['fts_same_as_exact']:.1%} | - | - |")
+    notes = [f"- {r['items']:,} items: {r['queries']} queries; load average {r['load_start'][0]:.1f} "
+             f"at start, {r['load_end'][0]:.1f} at end (2 shared cores)." for r in results]
     return "\n".join([*rows, "", *notes])
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.postgres_speed")
-    p.add_argument("--sizes", default="10000", help="comma-separated store sizes")
+    p.add_argument("--sizes", default="100000", help="comma-separated store sizes")
+    p.add_argument("--large", action="store_true", help="add 1,000,000 items")
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--embedder", default="minilm")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.sizes.replace("_", "").split(",") if s.strip()]
+    if args.large:
+        sizes.append(1_000_000)
     model = get_embedder(args.embedder)
     if model is None:
         raise SystemExit("the benchmark needs an embedder")
@@ -134,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = datetime.now(UTC)
     results = []
-    srv = PgServer()
+    srv = PgServer(settings=SERVER)
     srv.start()
     try:
         for n in sizes:
@@ -143,13 +181,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"== {n:,} items ==", file=sys.stderr, flush=True)
             results.append(measure(dsn, n, data, model, args.queries, args.warmup))
             srv.drop_database(f"bench{n}")
-            print(f"   {time.perf_counter() - t0:.0f} s; plan:\n{results[-1]['plan']}",
-                  file=sys.stderr, flush=True)
+            print(f"   {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     finally:
         srv.stop()
-    print(f"Run {started.isoformat(timespec='seconds')}, {os.cpu_count()} cores; command: "
-          f"`python -m benchmarks.postgres_speed {' '.join(sys.argv[1:] if argv is None else argv)}`\n")
+    command = " ".join(sys.argv[1:] if argv is None else argv)
+    head = (f"Run {started.isoformat(timespec='seconds')}, {os.cpu_count()} cores; command: "
+            f"`python -m benchmarks.postgres_speed {command}`\n")
+    print(head)
     print(table(results))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = started.strftime("%Y%m%dT%H%M%S")
+    (out / f"postgres-speed-{stamp}.json").write_text(json.dumps(results, indent=1, default=float))
+    (out / f"postgres-speed-{stamp}.md").write_text(head + "\n" + table(results) + "\n")
     return 0
 
 

@@ -129,3 +129,11 @@ def fts_kb(target: str) -> Iterator[KnowledgeBase]:
     store = hybridkb.open(target, embedder=None)
     yield store
     store.close()
+
+
+@pytest.fixture(autouse=True)
+def _no_user_config(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The CLI reads hybridkb.toml from the user config folder: tests never see a developer's own."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.getbasetemp() / "xdg-config"))
+    for name in ("HYBRIDKB_CONFIG", "HYBRIDKB_DB", "HYBRIDKB_EMBEDDER"):
+        monkeypatch.delenv(name, raising=False)

@@ -306,6 +306,34 @@ class PgServer:
             total_start=t4 - t0,
         )
 
+    def start_replica_of(self, primary: PgServer) -> None:
+        """Start as a hot-standby streaming replica of ``primary`` (``pg_basebackup -R``).
+
+        The primary needs ``wal_level=replica`` (the default) and a replication entry in
+        pg_hba.conf (initdb --auth=trust writes one for 127.0.0.1). Uses the primary's
+        installation; stop it with ``stop()`` like any server.
+        """
+        if self._running:
+            return
+        if not primary._running or primary.port is None:
+            raise RuntimeError("the primary is not running")
+        self._pg_install_arg = primary.pg_install
+        self._copy_install = False
+        try:
+            self._prepare_dirs()
+            assert self.data_dir is not None
+            self._run(["pg_basebackup", "-h", primary.host, "-p", str(primary.port),
+                       "-U", SUPERUSER, "-D", str(self.data_dir), "-R", "-X", "stream",
+                       "-c", "fast"], timeout=300)
+            self._start_postmaster()
+            atexit.register(self.stop)
+        except Exception as exc:
+            msg = str(exc)
+            if self.log_path is not None and "server log tail" not in msg:
+                msg += f"\n--- server log tail ({self.log_path}) ---\n{_tail(self.log_path)}"
+            self.stop()
+            raise RuntimeError(f"starting a test PostgreSQL replica failed: {msg}") from exc
+
     def stop(self) -> None:
         """Stop the server (if running) and delete the temporary directory. Idempotent."""
         atexit.unregister(self.stop)
@@ -475,7 +503,7 @@ class PgServer:
         hang because the postmaster may inherit them.
         """
         argv = list(argv)
-        if use_bin and argv[0] in ("initdb", "pg_ctl", "postgres"):
+        if use_bin and argv[0] in ("initdb", "pg_ctl", "postgres", "pg_basebackup"):
             assert self.pg_install is not None
             argv[0] = str(self.pg_install / "bin" / argv[0])
         # As root: switch to the server user and drop root's supplementary groups.

@@ -85,3 +85,23 @@ def test_benchmark_runs_and_writes_its_json(tmp_path: Path, capsys: pytest.Captu
     assert text.count(report.BEGIN) == 1 and "## Speed" in text
     report.update_doc(doc, results)  # a second run replaces the table, adds nothing else
     assert doc.read_text(encoding="utf-8") == text
+
+
+def test_ingest_benchmark_runs_and_writes_its_table(tmp_path: Path) -> None:
+    from benchmarks import ingest_speed
+
+    tree = tmp_path / "tree"
+    (tree / "pkg").mkdir(parents=True)
+    for i in range(6):
+        (tree / "pkg" / f"m{i}.py").write_text(f"def f{i}(x):\n    '''the module {i}'''\n    return x\n")
+    (tree / "README.md").write_text("# Tree\n\nthe tree of modules\n")
+    doc = tmp_path / "bench.md"
+    doc.write_text("# Benchmarks\n")
+    assert ingest_speed.main(["--tree", str(tree), "--embedder", "hashing-64", "--out", str(tmp_path / "out"),
+                              "--doc", str(doc), "--compare", "5"]) == 0
+    [written] = (tmp_path / "out").glob("ingest-*.json")
+    [row] = json.loads(written.read_text())["rows"]
+    assert (row["files"], row["chunks"], row["paired"]["chunks"]) == (7, 7, 5)
+    assert row["first_searchable_s"] <= row["fully_embedded_s"]
+    text = doc.read_text()
+    assert "## Indexing a source tree" in text and f"| {tree} | 7 | 7 |" in text

@@ -56,7 +56,9 @@ def test_import_jsonl_and_beir_ids(run, tmp_path: Path) -> None:  # type: ignore
     lines = [{"_id": "d1", "title": "T1", "text": "first document"},
              {"id": "d2", "text": "second document", "kind": "lesson", "metadata": {"x": 1}}]
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-    assert json.loads(run("--json", "import", str(path)).stdout) == {"imported": 2, "skipped": 0}
+    out = json.loads(run("--json", "import", str(path)).stdout)
+    assert {k: out[k] for k in ("imported", "skipped", "embedded", "awaiting_embedding")} == {
+        "imported": 2, "skipped": 0, "embedded": 2, "awaiting_embedding": 0}
     assert json.loads(run("--json", "get", "d1").stdout)["title"] == "T1"
 
 
@@ -67,7 +69,7 @@ def test_import_bad_lines_all_or_nothing_or_skip(run, tmp_path: Path) -> None:  
     assert result.exit_code == 1 and "error:" in result.output and "Traceback" not in result.output
     assert json.loads(run("--json", "stats").stdout)["items"] == 0
     out = json.loads(run("--json", "import", str(path), "--skip-bad").stdout)
-    assert out == {"imported": 1, "skipped": 3}
+    assert (out["imported"], out["skipped"], out["embedded"]) == (1, 3, 1)
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -72,7 +72,8 @@ def items(corpus: str, n: int, seed: int) -> list[dict[str, Any]]:
     return [{
         "id": f"{corpus}-{k:03d}", "corpus": corpus, "text": text(rng), "kind": KINDS[k % 4],
         "scope": f"s{k % 3}", "repo": f"r{k % 2}", "namespace": f"n{k % 5}",
-        "metadata": {"team": "abc"[k % 3], "n": k % 7},
+        "metadata": {"team": "abc"[k % 3], "n": k % 7, "path": f"src/m{k % 4}/f{k}.{'py' if k % 2 else 'md'}",
+                     "language": "python" if k % 2 else "markdown"},
         "created_at": T0 + k * HOUR,
     } for k in range(n)]
 
@@ -87,6 +88,9 @@ FILTERS: dict[str, dict[str, Any]] = {
     "metadata equality": {"metadata": {"team": "a"}},
     "metadata in": {"metadata": {"n": [1, 2, 5]}},
     "time range": {"created_after": T0 + 40 * HOUR, "created_before": T0 + 150 * HOUR},
+    "path glob": {"path": "src/m[12]/**/*.py"},
+    "path folder": {"path": ["src/m0/", "src/m3"]},
+    "language": {"language": "markdown"},
 }
 
 

@@ -1,4 +1,4 @@
-"""Every CLI command and every MCP tool is documented (README.md or docs/*.md) and has help."""
+"""Every CLI command, MCP tool and REST endpoint is documented (README.md or docs/*.md); commands have help."""
 
 from __future__ import annotations
 
@@ -72,3 +72,42 @@ def test_the_matchers_can_fail() -> None:
     assert shown_as_command("demo", "hybridkb --db demo.db demo")
     assert not shown_as_command("purge", "hybridkb search purge-me")
     assert not shown_as_command("frobnicate", docs_text())
+
+
+def rest_endpoints() -> set[str]:
+    """"METHOD /api/path" for every operation the OpenAPI description (and so the server) has."""
+    pytest.importorskip("starlette")
+    from hybridkb.web.openapi import openapi_document
+
+    return {f"{method.upper()} {path}" for path, ops in openapi_document()["paths"].items()
+            for method in ops}
+
+
+def test_rest_endpoints_are_documented_in_the_endpoints_table() -> None:
+    endpoints = rest_endpoints()
+    assert {"GET /api/search", "POST /api/items", "DELETE /api/items/{item_id}"} <= endpoints
+    text = docs_text()
+
+    def has_row(endpoint: str, text: str) -> bool:
+        return re.search(rf"^\|\s*`{re.escape(endpoint)}`\s*\|", text, re.MULTILINE) is not None
+
+    assert has_row("GET /api/x", "| `GET /api/x` | a |") and not has_row("GET /api/x", "see `GET /api/x`")
+    missing = [e for e in sorted(endpoints) if not has_row(e, text)]
+    assert not missing, f"REST endpoints without a row in a docs table: {missing}"
+
+
+def test_the_rest_description_matches_the_routes() -> None:
+    """The documented set is the served set: every OpenAPI operation is a route, and back."""
+    pytest.importorskip("starlette")
+    from starlette.routing import Route
+
+    from hybridkb.web import api
+    from hybridkb.web.service import Service
+
+    kb = hybridkb.open(":memory:", embedder=None)
+    try:
+        served = {f"{m} {r.path.replace(':path', '')}" for r in api.routes(Service(kb))
+                  if isinstance(r, Route) for m in (r.methods or ()) if m != "HEAD"}
+    finally:
+        kb.close()
+    assert served == rest_endpoints()

@@ -223,7 +223,7 @@ def test_walk_respects_gitignore_at_every_level(tmp_path: Path) -> None:
     walked = find_files(tmp_path)
     assert [f.rel for f in walked.files] == ["a.py", "docs/README.md", "pkg/mod.py"]
     assert {s.path: s.reason for s in walked.skipped} == {
-        "big.txt": "larger than 1 MB", "package-lock.json": "generated or lock file"}
+        "big.txt": "larger than 1 MB", "package-lock.json": "lock file"}
     only = find_files(tmp_path, include=["*.md"], exclude=["pkg/"])
     assert [f.rel for f in only.files] == ["docs/README.md"]
 

@@ -46,11 +46,11 @@ def test_cosine_dedup_option(kb: KnowledgeBase) -> None:
     assert len(collapsed.ids) == 1 and collapsed.hits[0].alternate_sources
 
 
-def test_three_corpora_merge_small_corpus_not_drowned(kb: KnowledgeBase) -> None:
+def test_rrf_merge_gives_each_corpus_equal_say(kb: KnowledgeBase) -> None:
     kb.add_many([{"text": f"cache invalidation note {i}", "corpus": "big"} for i in range(40)])
     kb.add("cache invalidation in the code", corpus="code", id="c")
     kb.add("cache invalidation review", corpus="reviews", id="r")
-    result = kb.search("cache invalidation", limit=5, score_policy=POLICY_OFF)
+    result = kb.search("cache invalidation", limit=5, score_policy=POLICY_OFF, merge="rrf")
     corpora = [h.corpus for h in result.hits]
     assert {"big", "code", "reviews"} <= set(corpora)
     assert corpora[:3].count("big") == 1  # the three corpora's best hits lead
@@ -67,14 +67,20 @@ def test_min_score_is_normalized(kb: KnowledgeBase) -> None:
 
 
 def test_type_weight_reorders_and_shows(kb: KnowledgeBase) -> None:
-    kb.add("the build uses bazel for caching", id="note", kind="temp_note")
-    kb.add("the build uses bazel for caching!", id="dec", kind="decision")
+    kb.add("bazel caching", id="best")  # first in both lists: relevance 1.0, which no boost passes
+    kb.add("the build uses bazel for caching in the monorepo", id="note", kind="temp_note")
+    kb.add("the build uses bazel for caching in the monorepo!", id="dec", kind="decision")
     result = kb.search("bazel caching", dedup_threshold=None)
-    assert result.ids[:2] == ["dec", "note"]
-    assert result.hits[0].boosts["type"] == 2.0 and result.hits[1].boosts["type"] == 0.3
+    assert result.ids == ["best", "dec", "note"]
+    dec, note = result.hits[1], result.hits[2]
+    assert dec.boosts["type"] == 2.0 and note.boosts["type"] == 0.3
+    # the factors apply to the relevance as relevance ** (1 / product), staying in [0, 1]
+    assert dec.score == pytest.approx(dec.relevance ** (1 / (2.0 * 1.15)))
+    assert note.score == pytest.approx(note.relevance ** (1 / (0.3 * 1.15)))
+    assert 0.0 < note.score < dec.score < result.hits[0].score == 1.0
     off = kb.search("bazel caching", dedup_threshold=None,
                     score_policy=ScorePolicy(type_weights={"decision": 1.0, "temp_note": 5.0}))
-    assert off.ids[0] == "note"
+    assert off.ids == ["best", "note", "dec"]
 
 
 def test_recency_boost_but_old_relevant_item_surfaces(kb: KnowledgeBase) -> None:

@@ -34,7 +34,8 @@ from hybridkb.mcp import build_server, check_http_binding, snippet
 
 ALL_TOOLS = {"search", "recall", "get", "list_corpora", "remember", "forget"}
 READ_TOOLS = {"search", "recall", "get", "list_corpora"}
-HIT_KEYS = {"id", "corpus", "title", "kind", "snippet", "score", "source", "url"}
+HIT_KEYS = {"id", "corpus", "title", "kind", "snippet", "score", "source", "url", "path", "line",
+            "start_line", "end_line"}
 
 LONG_WIKI = (
     "Storage overview. " + "Background material about the project and its history. " * 6
@@ -123,7 +124,8 @@ async def test_tools_have_descriptions_and_schemas(store: tuple[KnowledgeBase, d
         assert tool.output_schema is not None
     search = tools["search"].input_schema
     assert search["required"] == ["query"]
-    assert set(search["properties"]) == {"query", "corpora", "kinds", "filters", "limit", "mode"}
+    assert set(search["properties"]) == {"query", "corpora", "kinds", "filters", "limit", "mode", "path",
+                                         "language"}
     assert search["properties"]["mode"]["enum"] == ["hybrid", "fts", "vector"]
     assert tools["search"].annotations is not None and tools["search"].annotations.read_only_hint
 
@@ -152,6 +154,31 @@ async def test_search_filters_by_corpus_kind_and_mode(
     assert [h["id"] for h in by_corpus["hits"]] == [ids["code"]]
     assert [h["id"] for h in by_kind["hits"]] == [ids["memory"]]
     assert fts["mode"] == "fts" and fts["answered_by"] == "fts" and not fts["degraded"]
+
+
+@pytest.mark.anyio
+async def test_hits_from_files_carry_path_lines_and_the_matching_lines(tmp_path: Path) -> None:
+    from hybridkb.ingest import index_folder
+
+    root = tmp_path / "repo"
+    (root / "src").mkdir(parents=True)
+    (root / "docs").mkdir()
+    body = "\n".join(f"    step_{i} = {i}" for i in range(30))
+    (root / "src" / "jobs.py").write_text(f"def run_jobs():\n{body}\n    return retry_budget(step_17)\n")
+    (root / "docs" / "jobs.md").write_text("# Jobs\n\nThe retry budget of each job.\n")
+    kb = hybridkb.open(tmp_path / "kb.db", embedder=HashingEmbedder(64))
+    try:
+        index_folder(kb, root, "repo")
+        async with Client(build_server(kb)) as client:
+            out = data(await client.call_tool("search", {"query": "retry_budget", "path": "src/"}))
+            md = data(await client.call_tool("search", {"query": "retry budget", "language": "markdown"}))
+    finally:
+        kb.close()
+    [hit] = out["hits"]
+    assert (hit["path"], hit["start_line"], hit["end_line"], hit["line"]) == ("src/jobs.py", 1, 32, 32)
+    assert hit["snippet"].splitlines()[-1] == "    return retry_budget(step_17)"
+    assert "def run_jobs" not in hit["snippet"]  # centred on the match, not the chunk's start
+    assert [h["path"] for h in md["hits"]] == ["docs/jobs.md"]
 
 
 @pytest.mark.anyio

@@ -230,7 +230,12 @@ def test_filtered_knn_fills_limit_through_the_hnsw_index(
     n = 2000
     rng = np.random.default_rng(5)
     vectors = rng.standard_normal((n, 64)).astype(np.float32)
-    with hybridkb.open(pg_url, embedder=HashingEmbedder(64), hnsw_min_rows=1000) as kb:
+    # filtered_exact_rows=0: even a filter keeping 1% walks the graph (by default, a filter
+    # the planner expects to keep under 20,000 rows is answered by an exact scan). With the
+    # default ef_search floor (100) the planner prefers a scan of a table this small.
+    monkeypatch.setattr(pg.q, "EF_SEARCH_MIN", 40)
+    with hybridkb.open(pg_url, embedder=HashingEmbedder(64), hnsw_min_rows=1000,
+                       filtered_exact_rows=0) as kb:
         kb.add_many(({"id": f"v{k}", "text": f"item {k}", "vector": vectors[k],
                       "metadata": {"bucket": k % 100}} for k in range(n)), batch_size=500)
         backend = kb.backend

@@ -37,11 +37,28 @@ def test_near_duplicate_threshold() -> None:
     base = " ".join(f"w{i}" for i in range(20))
     near = base + " extra"            # 20/21 = 0.952
     far = " ".join(f"w{i}" for i in range(15)) + " a b c d e"  # 15/25 = 0.6
-    kept, absorbed = collapse([("a", base), ("b", near), ("c", far)])
+    kept, absorbed = collapse([("a", base), ("b", near), ("c", far)], threshold=0.9)
     assert kept == ["a", "c"] and absorbed == {"a": ["b"]}
     assert jaccard(tokens(base), tokens(near)) == pytest.approx(20 / 21)
     kept, _ = collapse([("a", base), ("b", near)], threshold=0.99)
     assert kept == ["a", "b"]
+    # the default collapses only identical token sets: a near copy is another answer
+    assert collapse([("a", base), ("b", near), ("c", base.upper() + "!")]) == (
+        ["a", "b"], {"a": ["c"]})
+
+
+@pytest.mark.parametrize("n_others", [0, 80])  # the all-pairs and the prefix-filter paths
+def test_near_copy_behind_a_relevance_gap_stays(n_others: int) -> None:
+    base = " ".join(f"w{i}" for i in range(20))
+    near = base + " extra"  # Jaccard 0.95
+    others = [(f"o{i}", f"other{i} filler{i} words{i}") for i in range(n_others)]
+    ranked = [("a", base), *others, ("b", near), ("c", base + ".")]
+    scores = {"a": 1.0, "b": 0.9, "c": 0.5, **{d: 0.95 for d, _ in others}}
+    kept, absorbed = collapse(ranked, 0.9, scores=scores)
+    assert "b" in kept  # 0.1 below the survivor: more than the 0.05 gap
+    assert absorbed == {"a": ["c"]}  # identical words collapse whatever the gap
+    kept, absorbed = collapse(ranked, 0.9, scores={**scores, "b": 0.97})
+    assert "b" not in kept and absorbed == {"a": ["b", "c"]}
 
 
 def _naive_collapse(ranked: list[tuple[str, str]], threshold: float) -> list[str]:

@@ -75,8 +75,10 @@ def test_hit_carries_explanation(filled: KnowledgeBase) -> None:
     hit = filled.search("kubectl apply", score_policy=hybridkb.ScorePolicy.off()).hits[0]
     assert hit.id == "m3"
     assert hit.retrievers["fts"].rank == 1
-    assert hit.fusion_score == pytest.approx(hit.score)
+    assert hit.score == pytest.approx(hit.relevance)  # no policy: the score is the relevance
+    assert 0.0 < hit.score <= 1.0 and hit.fusion_score > 0
     explained = hit.to_dict(explain=True)["explanation"]
+    assert explained["relevance"] == hit.relevance
     assert explained["retrievers"]["fts"]["rank"] == 1
     assert explained["final_score"] == hit.score
 

@@ -58,9 +58,12 @@ def test_operators_lose_their_power() -> None:
 
 
 def test_stopwords_dropped_unless_nothing_else() -> None:
-    assert textquery.parse("where is the data").fts5() == '"where" OR "data"'
+    assert textquery.parse("where is the data").fts5() == '"data"'
+    assert textquery.parse("When did Caroline go to the support group?").words == [
+        "caroline", "go", "support", "group"]
     assert textquery.parse("to be or not to be").fts5() == '"to" OR "be" OR "or" OR "not"'
     assert textquery.parse('"the who"').terms == (("the", "who"),)
+    assert textquery.parse('the "who" band').terms == (("band",),)  # all-stopword terms go
 
 
 def test_long_query_is_capped_to_selective_terms() -> None:

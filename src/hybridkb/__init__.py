@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import validation
 from .embedding import Embedder, HashingEmbedder, MiniLMEmbedder, get_embedder
@@ -27,25 +27,44 @@ from .errors import (
 from .model import Filters, Hit, Item, RetrieverHit, SearchResult, StoredItem
 from .scoring import ScorePolicy
 from .store import KnowledgeBase, NewerSchemaWarning
+from .version import package_version
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+    from .ingest import IndexSummary, index_folder
+
+__version__ = package_version()
 
 __all__ = [
     "BackendUnavailableError", "DimensionMismatchError", "Embedder", "EmbedderMismatchError",
-    "Filters", "HashingEmbedder", "Hit", "HybridKBError", "InvalidFilterError", "InvalidInputError",
-    "Item", "KnowledgeBase", "MiniLMEmbedder", "NewerSchemaWarning", "NotFoundError", "RetrieverHit",
-    "ScorePolicy", "SearchResult", "StoreError", "StoredItem", "open",
+    "Filters", "HashingEmbedder", "Hit", "HybridKBError", "IndexSummary", "InvalidFilterError",
+    "InvalidInputError", "Item", "KnowledgeBase", "MiniLMEmbedder", "NewerSchemaWarning", "NotFoundError",
+    "RetrieverHit", "ScorePolicy", "SearchResult", "StoreError", "StoredItem", "__version__",
+    "index_folder", "open",
 ]
+
+# Face functions a user calls from Python, loaded on first use so `import hybridkb` stays light.
+_LAZY = {"index_folder": "ingest", "IndexSummary": "ingest"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module 'hybridkb' has no attribute {name!r}")
+
 
 def open(
     target: str | Path, *, embedder: Embedder | str | None = "default",
-    score_policy: ScorePolicy | None = None, **backend_options: Any,
+    score_policy: ScorePolicy | None = None, embed: str = "sync", **backend_options: Any,
 ) -> KnowledgeBase:
     """Open (creating if needed) a store: a file path for SQLite, a postgresql:// URL (or a
     libpq "host=... dbname=..." string) for PostgreSQL. An empty target is refused.
 
     `embedder` is "default" (all-MiniLM-L6-v2, offline), an Embedder, a name
-    ("hashing-64"), or None for a full-text-only store.
+    ("hashing-64"), or None for a full-text-only store. `embed="sync"` (the default)
+    writes each item's vector with it; `embed="defer"` commits text only and leaves
+    the vectors to `kb.embed_pending()` (see `KnowledgeBase.embed_mode`).
     """
     location = validation.check_target(target)
     model = get_embedder(embedder)
@@ -58,7 +77,7 @@ def open(
 
         backend = open_sqlite(location, **backend_options)
     try:
-        return KnowledgeBase(backend, model, score_policy=score_policy)
+        return KnowledgeBase(backend, model, score_policy=score_policy, embed=embed)
     except BaseException:
         backend.close()
         raise

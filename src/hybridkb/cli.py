@@ -6,98 +6,42 @@ stderr and a non-zero exit.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sys
-import textwrap
-from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
+from . import cli_index
 from . import open as open_kb
+from .cli_common import _fail, emit, handle_errors, pass_ctx, progress_bar
+from .cli_options import Context, add_global_options, global_options, require_store
 from .errors import HybridKBError, InvalidInputError
-from .fusion import FUSIONS
-from .model import MODES, Item, SearchResult, iso
-from .store import KnowledgeBase
-from .validation import is_postgres_target
-
-F = TypeVar("F", bound=Callable[..., Any])
-DEFAULT_DB = "hybridkb.db"
-
-
-class Context:
-    def __init__(self, db: str, embedder: str | None, as_json: bool) -> None:
-        self.db, self.embedder, self.as_json = db, embedder, as_json
-        self._kb: KnowledgeBase | None = None
-
-    def kb(self) -> KnowledgeBase:
-        if self._kb is None:
-            # A SQLite store's derived indexes show a progress bar when they are (re)built.
-            options: dict[str, Any] = {}
-            if not is_postgres_target(self.db):
-                options["progress"] = progress_bar
-            self._kb = open_kb(self.db, embedder=self.embedder, **options)
-        return self._kb
-
-    def close(self) -> None:
-        if self._kb is not None:
-            self._kb.close()
-
-
-def _fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(1)
-
-
-def handle_errors(func: F) -> F:
-    """Map library and OS errors to one clear line and exit status 1."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except HybridKBError as exc:
-            _fail(str(exc))
-        except (OSError, UnicodeDecodeError) as exc:
-            _fail(str(exc))
-
-    return wrapper  # type: ignore[return-value]
-
-
-def emit(ctx: Context, data: Any, human: Callable[[], None]) -> None:
-    if ctx.as_json:
-        click.echo(json.dumps(data, ensure_ascii=False, default=str))
-    else:
-        human()
-
-
-def progress_bar(total: int | None, desc: str) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="item", file=sys.stderr,
-                disable=not sys.stderr.isatty() and os.environ.get("HYBRIDKB_PROGRESS") != "1")
+from .fusion import DEFAULT_MERGE, FUSIONS, MERGES
+from .model import MODES, Hit, Item, SearchResult, iso
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--db", envvar="HYBRIDKB_DB", default=DEFAULT_DB, show_default=True,
-              help="Store: a SQLite file path or a postgresql:// URL (env HYBRIDKB_DB).")
-@click.option("--embedder", default="default", show_default=True,
-              help="Embedding model: default (all-MiniLM-L6-v2), hashing-DIM, or none.")
-@click.option("--no-embedder", is_flag=True, help="Full-text only: no vectors, no model load.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@global_options
+@click.option("--config", "config_path", metavar="FILE",
+              help="Read settings from this TOML file (env HYBRIDKB_CONFIG; default ./hybridkb.toml, "
+                   "else hybridkb.toml in the user config folder).")
 @click.version_option(package_name="hybridkb")
 @click.pass_context
-def cli(ctx: click.Context, db: str, embedder: str, no_embedder: bool, as_json: bool) -> None:
-    """hybridkb: hybrid BM25 + vector search over your knowledge, in one SQLite file."""
-    ctx.obj = Context(db, None if no_embedder else embedder, as_json)
+def cli(ctx: click.Context, config_path: str | None) -> None:
+    """hybridkb: hybrid BM25 + vector search over your knowledge, in one SQLite file.
+
+    Global options (--db, --embedder, --no-embedder, --json) go before or after the
+    command. Each setting comes from the flag, else the environment, else hybridkb.toml.
+    """
+    try:
+        ctx.obj = Context.start(ctx, config_path)
+    except HybridKBError as exc:
+        _fail(str(exc))
     ctx.call_on_close(ctx.obj.close)
-
-
-pass_ctx = click.make_pass_decorator(Context)
 
 
 @cli.command()
@@ -163,36 +107,63 @@ def import_(ctx: Context, file: Path, corpus: str | None, batch_size: int, skip_
     from . import transfer
 
     kb = ctx.kb()
+    kb.embed_mode = "defer"  # text first; the vectors follow below, with their own progress line
     with progress_bar(None, "importing") as bar:
         report = transfer.import_file(kb, file, batch_size=batch_size, skip_bad=skip_bad,
                                       corpus=corpus, progress=bar.update)
+    embedded = cli_index.embed_pending(kb, quiet=ctx.as_json) if kb.awaiting_embedding() else {}
     for message in report.skipped[:20]:
         click.echo(f"skipped: {message}", err=True)
     for note in report.notes:
         click.echo(f"note: {note}", err=True)
     total, skipped = report.imported, len(report.skipped)
-    emit(ctx, {"imported": total, "skipped": skipped},
+    emit(ctx, {"imported": total, "skipped": skipped, **embedded},
          lambda: click.echo(f"imported {total} items" + (f", skipped {skipped}" if skipped else "")))
 
 
-def format_hits(result: SearchResult, explain: bool) -> str:
+def _where(hit: Hit, roots: dict[str, str], line: int) -> str:
+    """`path:line`, the path as the shell here reaches it (so terminals and editors can open it)."""
+    path = hit.path or ""
+    root = roots.get(hit.corpus)
+    if root:
+        full = Path(root) / path if Path(root).is_dir() else Path(root)
+        try:
+            path = os.path.relpath(full)
+        except ValueError:  # another drive (Windows)
+            path = str(full)
+        if path.startswith(".."):
+            path = str(full)
+    return f"{path}:{line}"
+
+
+def format_hits(result: SearchResult, explain: bool, *, ansi: bool = False,
+                roots: dict[str, str] | None = None) -> str:
+    """Hits as text: rank, score, label, `path:line` and the best-matching lines, terms marked."""
+    from .snippets import best_lines, highlight, query_terms, snippet
+
     if not result.hits:
         return f"no results (answered by: {result.answered_by})"
-    width = 100
+    terms = query_terms(result.query)
     lines = [f"answered by: {result.answered_by}"] + [f"note: {n}" for n in result.notes]
     for rank, hit in enumerate(result.hits, start=1):
-        head = f"{rank:>3}. {hit.score:.5f}  {hit.source_label}  ({hit.id})"
+        head = f"{rank:>3}. {hit.score:.3f}  {hit.source_label}  ({hit.id})"
         lines.append(head)
-        snippet = " ".join(hit.text.split())
-        lines.append(textwrap.indent(textwrap.shorten(snippet, width=width, placeholder=" …"), "      "))
+        if hit.path is not None and hit.start_line is not None:
+            shown = best_lines(hit.text, result.query, first_line=hit.start_line)
+            lines.append(f"      {_where(hit, roots or {}, shown.best)}")
+            width = len(str(shown.last))
+            for number, text in enumerate(shown.lines, start=shown.first):
+                lines.append(f"      {number:>{width}} │ {highlight(text, terms, ansi=ansi)}")
+        else:
+            lines.append("      " + highlight(snippet(hit.text, result.query, 100), terms, ansi=ansi))
         if hit.alternate_sources:
             alts = ", ".join(a.get("source", a["id"]) for a in hit.alternate_sources)
             lines.append(f"      also in: {alts}")
         if explain:
             parts = [f"{name} #{r.rank} ({r.score:.4f})" for name, r in sorted(hit.retrievers.items())]
             boosts = " ".join(f"{k}×{v:.3f}" for k, v in hit.boosts.items()) or "none"
-            lines.append(f"      {', '.join(parts)} -> fused {hit.fusion_score:.5f}; "
-                         f"boosts {boosts}; final {hit.score:.5f}")
+            lines.append(f"      {', '.join(parts)} -> fused {hit.fusion_score:.5f}, "
+                         f"relevance {hit.relevance:.4f}; boosts {boosts}; score {hit.score:.4f}")
     return "\n".join(lines)
 
 
@@ -204,24 +175,36 @@ def format_hits(result: SearchResult, explain: bool) -> str:
 @click.option("--offset", default=0, show_default=True)
 @click.option("--corpus", "corpora", multiple=True, help="Search this corpus (repeatable).")
 @click.option("--kind", "kinds", multiple=True, help="Only items of this kind (repeatable).")
+@click.option("--path", "paths", multiple=True, metavar="GLOB",
+              help="Only indexed files matching this glob or under this folder, e.g. "
+                   "'src/**/*.py', 'docs/' (repeatable).")
+@click.option("--language", "languages", multiple=True, help="Only indexed files of this language "
+              "(python, markdown...; repeatable).")
 @click.option("--filter", "filter_json", help='Filters as JSON, e.g. {"metadata": {"team": "x"}}.')
 @click.option("--fusion", type=click.Choice(FUSIONS), default=None)
-@click.option("--min-score", type=float, help="Drop hits whose normalized fused score is lower.")
+@click.option("--min-score", type=float, help="Drop hits scoring lower (scores are in [0, 1]).")
+@click.option("--merge", type=click.Choice(MERGES), default=DEFAULT_MERGE, show_default=True,
+              help="Several corpora: by relevance, or rrf (each corpus gets equal say).")
 @click.option("--explain", is_flag=True, help="Show ranks, raw scores, fusion and boosts per hit.")
 @click.option("--touch", is_flag=True, help="Count returned hits as accessed.")
 @pass_ctx
 @handle_errors
 def search(ctx: Context, query: str, mode: str, limit: int, offset: int, corpora: tuple[str, ...],
-           kinds: tuple[str, ...], filter_json: str | None, fusion: str | None,
-           min_score: float | None, explain: bool, touch: bool) -> None:
+           kinds: tuple[str, ...], paths: tuple[str, ...], languages: tuple[str, ...],
+           filter_json: str | None, fusion: str | None, min_score: float | None, merge: str,
+           explain: bool, touch: bool) -> None:
     """Search the store."""
     filters = _parse_json_object(filter_json, "--filter")
-    if kinds:
-        filters["kind"] = list(kinds)
-    result = ctx.kb().search(query, mode=mode, limit=limit, offset=offset,
-                             corpora=list(corpora) or None, filters=filters or None,
-                             fusion=fusion, min_score=min_score, touch=touch)
-    emit(ctx, result.to_dict(explain=explain), lambda: click.echo(format_hits(result, explain)))
+    for key, values in (("kind", kinds), ("path", paths), ("language", languages)):
+        if values:
+            filters[key] = list(values)
+    kb = ctx.kb()
+    result = kb.search(query, mode=mode, limit=limit, offset=offset,
+                       corpora=list(corpora) or None, filters=filters or None,
+                       fusion=fusion, min_score=min_score, merge=merge, touch=touch)
+    roots = {c: str(kb.corpus_settings(c).get("root") or "") for c in {h.corpus for h in result.hits}}
+    emit(ctx, result.to_dict(explain=explain), lambda: click.echo(
+        format_hits(result, explain, ansi=sys.stdout.isatty(), roots=roots)))
 
 
 def item_json(item: Item) -> dict[str, Any]:
@@ -274,6 +257,8 @@ def stats(ctx: Context) -> None:
         click.echo(f"items:    {data['items']}")
         click.echo(f"embedder: {data['embedder'] or 'none'} ({data['vector_dim'] or '-'} dims)")
         click.echo(f"without vectors: {data['items_without_vectors']}")
+        if data["awaiting_embedding"]:
+            click.echo(f"awaiting embedding: {data['awaiting_embedding']:,} items (`hybridkb embed`)")
         for name, count in data["corpora"].items():
             click.echo(f"  {name}: {count}")
 
@@ -358,8 +343,10 @@ def demo(ctx: Context, query: str, limit: int) -> None:
 
 
 @cli.command(name="eval")
-@click.option("--dataset", required=True, type=click.Path(exists=True, file_okay=False),
-              help="A BEIR-layout folder: corpus.jsonl[.gz], queries.jsonl, qrels/<split>.tsv.")
+@click.option("--dataset", "datasets", required=True, multiple=True,
+              type=click.Path(exists=True, file_okay=False),
+              help="A BEIR-layout folder: corpus.jsonl[.gz], queries.jsonl, qrels/<split>.tsv. "
+                   "Repeat it: several sets as corpora of one store (see docs/benchmarks.md).")
 @click.option("--split", default="test", show_default=True, help="Which qrels/<split>.tsv to run.")
 @click.option("--mode", "modes", multiple=True, help="fts, vector, hybrid (repeatable or a comma "
               "list; default all).")
@@ -379,6 +366,9 @@ def demo(ctx: Context, query: str, limit: int) -> None:
               "for 100 hits); the default row always keeps the search default.")
 @click.option("--db", "target", help="Index into this store instead of a temporary SQLite file.")
 @click.option("--no-default-row", is_flag=True, help="Skip the row run with search defaults.")
+@click.option("--near-duplicates", is_flag=True, help="Add a near copy of each answer (decoy or sibling).")
+@click.option("--merge", "merges", multiple=True, help="Several datasets: relevance, rrf (or both).")
+@click.option("--no-distractors", is_flag=True, help="Several datasets: no distractor corpora.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write cached embeddings.")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the JSON report to this file.")
@@ -386,13 +376,15 @@ def demo(ctx: Context, query: str, limit: int) -> None:
               help="Print one JSON object (as the global --json).")
 @pass_ctx
 @handle_errors
-def eval_(ctx: Context, dataset: str, split: str, modes: tuple[str, ...], fusions: tuple[str, ...],
-          weights: tuple[str, ...], rrf_ks: tuple[str, ...], bm25: tuple[str, ...],
+def eval_(ctx: Context, datasets: tuple[str, ...], split: str, modes: tuple[str, ...],
+          fusions: tuple[str, ...], weights: tuple[str, ...], rrf_ks: tuple[str, ...], bm25: tuple[str, ...],
           max_queries: int | None, ignore_identical_ids: bool, scope_by: str | None,
-          depth: int | None, target: str | None, no_default_row: bool, no_cache: bool,
+          depth: int | None, target: str | None, no_default_row: bool, near_duplicates: bool,
+          merges: tuple[str, ...], no_distractors: bool, no_cache: bool,
           output: Path | None, as_json: bool) -> None:
     """Measure nDCG@10, Recall@100, MRR@10 and latency on a BEIR dataset, per mode and fusion.
 
+    Several --dataset: each set's queries over its own corpus and over every corpus.
     Embeddings are cached in $HYBRIDKB_CACHE (default ~/.cache/hybridkb/embeddings).
     """
     from .embedding import get_embedder
@@ -411,21 +403,29 @@ def eval_(ctx: Context, dataset: str, split: str, modes: tuple[str, ...], fusion
         rrf_ks=ks or defaults.rrf_ks,
         bm25_weights=runner.parse_pairs(bm25, "--bm25-weights") or defaults.bm25_weights,
         split=split, max_queries=max_queries, ignore_identical_ids=ignore_identical_ids,
-        scope_by=scope_by, depth=depth, db=target, default_row=not no_default_row)
+        scope_by=scope_by, depth=depth, db=target, default_row=not no_default_row,
+        near_duplicates=near_duplicates, distractors=not no_distractors,
+        merges=tuple(runner.split_values(merges)) or defaults.merges)
     needs_model = any(m != "fts" for m in options.modes)
     model = get_embedder(ctx.embedder) if needs_model else None
-    report = runner.evaluate(dataset, model, options, cache=None if no_cache else EmbeddingCache(),
-                             progress=progress_bar)
-    data = report.to_dict()
+    cache = None if no_cache else EmbeddingCache()
+    if len(datasets) > 1:
+        from .evaluation import multi
+
+        many = multi.evaluate_multi(datasets, model, options, cache=cache, progress=progress_bar)
+        data, text = many.to_dict(), multi.format_multi(many)
+    else:
+        report = runner.evaluate(datasets[0], model, options, cache=cache, progress=progress_bar)
+        data, text = report.to_dict(), runner.format_table(report)
     if output is not None:
         output.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     ctx.as_json = ctx.as_json or as_json
-    emit(ctx, data, lambda: click.echo(runner.format_table(report)))
+    emit(ctx, data, lambda: click.echo(text))
 
 
 @cli.command()
 @click.option("--http", "use_http", is_flag=True,
-              help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio.")
+              help="Serve HTTP instead of stdio: MCP at /mcp, REST at /api, the search page at /.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP bind address.")
 @click.option("--port", default=8765, show_default=True, help="HTTP port.")
 @click.option("--token", envvar="HYBRIDKB_TOKEN",
@@ -434,11 +434,19 @@ def eval_(ctx: Context, dataset: str, split: str, modes: tuple[str, ...], fusion
 @click.option("--read-only", is_flag=True, help="Expose only search, recall, get, list_corpora.")
 @click.option("--corpora", "corpora_csv",
               help="Comma-separated corpora the server may see and write.")
+@click.option("--defer-embed", is_flag=True, help="Commit writes as text at once and leave their "
+              "vectors to the background thread (default: a write embeds before it commits).")
 @pass_ctx
 @handle_errors
 def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None, read_only: bool,
-          corpora_csv: str | None) -> None:
-    """Serve the store to agents over MCP (stdio by default; logs go to stderr)."""
+          corpora_csv: str | None, defer_embed: bool) -> None:
+    """Serve the store over MCP (stdio by default); with --http also REST and a search page.
+
+    Logs go to stderr. Over HTTP: MCP at /mcp, the REST API at /api (OpenAPI at
+    /api/openapi.json) and the search page at /, all under one token. A background
+    thread embeds whatever waits for a vector (e.g. an `index --no-embed`), unless
+    --read-only; with --defer-embed the server's own writes wait there too.
+    """
     try:
         from . import mcp as mcp_server
     except ImportError as exc:
@@ -446,57 +454,36 @@ def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None,
             raise
         _fail("the MCP server needs the mcp package: pip install 'hybridkb[mcp]'")
     corpora = [c.strip() for c in (corpora_csv or "").split(",") if c.strip()] or None
+    if read_only:
+        ctx.require_store()  # nothing to serve, and nothing may be written
     if use_http:
         token, generated = mcp_server.check_http_binding(host, token)
-    server = mcp_server.build_server(ctx.kb(), read_only=read_only, corpora=corpora)
+    kb = ctx.kb()
+    server = mcp_server.build_server(kb, read_only=read_only, corpora=corpora)
+    if kb.embedder is not None and not read_only:
+        from .background import BackgroundEmbedder
+
+        kb.embed_mode = "defer" if defer_embed else "sync"  # sync: remember, then recall, ranks it
+        click.get_current_context().call_on_close(BackgroundEmbedder(kb).start().stop)
     if not use_http:
         mcp_server.run_stdio(server)
         return
-    click.echo(f"hybridkb MCP server on http://{host}:{port}/mcp"
+    assert token is not None
+    from . import web
+
+    app = web.combined_app(ctx.kb(), mcp_server.http_app(server, token=token, host=host), token=token,
+                           host=host, read_only=read_only, corpora=corpora)
+    base = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+    click.echo(f"hybridkb MCP server on {base}/mcp, REST API on {base}/api"
                + (" (read-only)" if read_only else ""), err=True)
     if generated:
         click.echo(f"bearer token for this run: {token}", err=True)
-    assert token is not None
-    mcp_server.run_http(server, host=host, port=port, token=token)
-
-
-@cli.command(name="index")
-@click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--corpus", required=True, help="The corpus that mirrors PATH (chunks of gone files "
-              "are removed from it).")
-@click.option("--include", "includes", multiple=True, metavar="GLOB",
-              help="Only files matching this gitignore-style glob (repeatable).")
-@click.option("--exclude", "excludes", multiple=True, metavar="GLOB",
-              help="Skip files and folders matching this gitignore-style glob (repeatable).")
-@pass_ctx
-@handle_errors
-def index_(ctx: Context, path: Path, corpus: str, includes: tuple[str, ...],
-           excludes: tuple[str, ...]) -> None:
-    """Index a folder's Markdown, text and source files; a re-run touches only what changed.
-
-    Respects .gitignore; skips binary files and files over 1 MB.
-    """
-    from .ingest import index_folder
-
-    summary = index_folder(ctx.kb(), path, corpus, include=includes, exclude=excludes,
-                           progress=progress_bar)
-
-    def human() -> None:
-        for skipped in summary.skipped[:20]:
-            click.echo(f"skipped: {skipped.path}: {skipped.reason}", err=True)
-        if len(summary.skipped) > 20:
-            click.echo(f"skipped: ... and {len(summary.skipped) - 20} more", err=True)
-        for warning in summary.warnings[:20]:
-            click.echo(f"warning: {warning}", err=True)
-        click.echo(summary.line())
-
-    emit(ctx, summary.to_dict(), human)
+    click.echo(f"search page: {base}/?token={token if generated else '<your token>'}", err=True)
+    web.run(app, host=host, port=port)
 
 
 def _require_store(db: str) -> None:
-    """Reading commands do not create a store where there is none."""
-    if "://" not in db and db != ":memory:" and not Path(db).expanduser().exists():
-        raise InvalidInputError(f"no store at {db!r} (set --db or HYBRIDKB_DB)")
+    require_store(db)
 
 
 @cli.command(name="export")
@@ -576,6 +563,10 @@ def migrate(ctx: Context, target: str, batch_size: int, no_vectors: bool) -> Non
     emit(ctx, {"migrated": report.imported, "target": dest.target, "target_items": count,
                "notes": report.notes},
          lambda: click.echo(f"migrated {report.imported} items to {dest.target}"))
+
+
+cli_index.register(cli)
+add_global_options(cli)
 
 
 def main() -> None:

@@ -12,12 +12,18 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
-DEFAULT_THRESHOLD = 0.90
+# 1.0: only true duplicates (the same set of words) collapse by default. Near copies with
+# a few words changed are often different answers (a revised figure, a counter-argument):
+# measured on the --near-duplicates dev sets, Jaccard 0.9 cost recall (docs/benchmarks.md).
+DEFAULT_THRESHOLD = 1.0
+# A copy is never absorbed by a survivor that scores more than this much higher (on the
+# 0-1 relevance scale of a search): a relevance gap means the texts answer differently.
+DEFAULT_MAX_GAP = 0.05
 _ALL_PAIRS_UP_TO = 64  # below this, sorting tokens for prefix filtering costs more than it saves
 _WORD = re.compile(r"\w+")
 
@@ -44,9 +50,13 @@ def _prefix_length(size: int, threshold: float) -> int:
 
 def collapse(
     ranked: Sequence[tuple[str, str]], threshold: float = DEFAULT_THRESHOLD,
+    *, scores: Mapping[str, float] | None = None, max_gap: float = DEFAULT_MAX_GAP,
 ) -> tuple[list[str], dict[str, list[str]]]:
     """Collapse near-duplicates in a best-first list of (id, text).
 
+    With `scores` (each id's score on a 0-1 scale, e.g. its share of the list's best), a
+    near copy is only absorbed when it scores within `max_gap` of the survivor: two texts
+    that a retriever tells apart by that much are not the same answer.
     Returns the surviving ids in order and, per survivor, the ids it absorbed.
     """
     if not 0.0 < threshold <= 1.0:
@@ -57,8 +67,14 @@ def collapse(
         if doc_id not in seen:
             seen.add(doc_id)
             docs.append((doc_id, tokens(text)))
+    if threshold >= 1.0:  # identical token sets: no gap can separate them
+        return _collapse_identical(docs)
+
+    def close(survivor: str, doc: str) -> bool:
+        return scores is None or scores.get(survivor, 0.0) - scores.get(doc, 0.0) <= max_gap
+
     if len(docs) <= _ALL_PAIRS_UP_TO:
-        return _collapse_all_pairs(docs, threshold)
+        return _collapse_all_pairs(docs, threshold, close)
     freq = Counter(tok for _, toks in docs for tok in toks)
     # One global rare-first order; each token's place is a single dict lookup.
     place = {tok: i for i, tok in enumerate(sorted(freq, key=lambda t: (freq[t], t)))}
@@ -80,7 +96,8 @@ def collapse(
         ordered = sorted(toks, key=place.__getitem__)
         prefix = ordered[: _prefix_length(len(ordered), threshold)]
         candidates = sorted({idx for tok in prefix for idx in prefix_index.get(tok, ())})
-        match = next((idx for idx in candidates if _similar(toks, kept_sets[idx], threshold)), None)
+        match = next((idx for idx in candidates if _same(toks, kept_sets[idx], threshold)
+                      and (toks == kept_sets[idx] or close(kept[idx], doc_id))), None)
         if match is not None:
             absorbed.setdefault(kept[match], []).append(doc_id)
             continue
@@ -91,19 +108,42 @@ def collapse(
     return kept, absorbed
 
 
+def _same(a: frozenset[str], b: frozenset[str], threshold: float) -> bool:
+    """Similar enough to be one text (identical token sets always are)."""
+    return a == b or _similar(a, b, threshold)
+
+
 def _collapse_all_pairs(
-    docs: list[tuple[str, frozenset[str]]], threshold: float,
+    docs: list[tuple[str, frozenset[str]]], threshold: float, close: Callable[[str, str], bool],
 ) -> tuple[list[str], dict[str, list[str]]]:
     """Short lists: compare each doc with every kept one whose size could qualify."""
     kept: list[tuple[str, frozenset[str]]] = []
     absorbed: dict[str, list[str]] = {}
     for doc_id, toks in docs:
-        match = next((kid for kid, other in kept if _similar(toks, other, threshold)), None)
+        match = next((kid for kid, other in kept
+                      if _same(toks, other, threshold) and (toks == other or close(kid, doc_id))),
+                     None)
         if match is None:
             kept.append((doc_id, toks))
         else:
             absorbed.setdefault(match, []).append(doc_id)
     return [d for d, _ in kept], absorbed
+
+
+def _collapse_identical(
+    docs: list[tuple[str, frozenset[str]]],
+) -> tuple[list[str], dict[str, list[str]]]:
+    """Threshold 1.0: equal token sets, found by hashing."""
+    first: dict[frozenset[str], str] = {}
+    kept: list[str] = []
+    absorbed: dict[str, list[str]] = {}
+    for doc_id, toks in docs:
+        survivor = first.setdefault(toks, doc_id)
+        if survivor == doc_id:
+            kept.append(doc_id)
+        else:
+            absorbed.setdefault(survivor, []).append(doc_id)
+    return kept, absorbed
 
 
 def collapse_by_vectors(

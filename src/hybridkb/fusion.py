@@ -17,6 +17,11 @@ RRF_K = 60  # Cormack, Clarke & Büttcher (2009): k = 60, ranks 1-based.
 # harness: see docs/benchmarks.md for the measurements behind them.
 DEFAULT_FUSION = "dbsf"
 DEFAULT_WEIGHTS = (0.6, 0.4)
+# How a search over several corpora merges them: "relevance" (one list per retriever over
+# all of them, fused once, so hits compete on comparable scores) or "rrf" (each corpus
+# fused apart, then interleaved by rank: each corpus gets equal say).
+MERGES = ("relevance", "rrf")
+DEFAULT_MERGE = "relevance"
 
 Ranked = Sequence[str]
 Scored = Sequence[tuple[str, float]]

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, get_args
 
 from .errors import InvalidFilterError
+from .pathglob import paths_regex
 
 # The search modes, defined once: the pipeline validates against MODES, the CLI offers
 # them as choices, the MCP tool schema lists them through `Mode`.
@@ -126,7 +127,9 @@ class Filters:
     """Conditions every retriever applies inside its query.
 
     A list value means "any of" (SQL IN). `metadata` maps a key to a value
-    (equality) or to a list of values (in).
+    (equality) or to a list of values (in). `paths` are globs or folder prefixes
+    on `metadata.path` (see pathglob.py), `languages` values of `metadata.language`
+    (both written by `index`).
     """
 
     kinds: tuple[str, ...] | None = None
@@ -140,12 +143,15 @@ class Filters:
     updated_before: float | None = None
     include_expired: bool = False
     include_stale: bool = False
+    paths: tuple[str, ...] | None = None
+    languages: tuple[str, ...] | None = None
 
     @property
     def needs_row_filter(self) -> bool:
         """True when the filter goes beyond corpus / expiry / staleness."""
         return bool(
             self.kinds or self.scope or self.repo or self.namespace or self.metadata
+            or self.paths or self.languages
             or self.created_after is not None or self.created_before is not None
             or self.updated_after is not None or self.updated_before is not None
         )
@@ -157,6 +163,7 @@ _FILTER_KEYS = {
     "created_after": "created_after", "created_before": "created_before",
     "updated_after": "updated_after", "updated_before": "updated_before",
     "include_expired": "include_expired", "include_stale": "include_stale",
+    "path": "paths", "paths": "paths", "language": "languages", "languages": "languages",
 }
 _SCALAR = str | int | float | bool
 
@@ -209,6 +216,10 @@ def parse_filters(filters: Filters | dict[str, Any] | None) -> Filters:
             values = _as_tuple(key, value)
             if not all(isinstance(v, str) for v in values):
                 raise InvalidFilterError(f"filter {key!r} takes strings")
+            if target == "paths":
+                paths_regex(values)  # a bad pattern fails here, with its reason
+            elif target == "languages":
+                values = tuple(v.lower() for v in values)
             out[target] = values
     return Filters(**out)
 
@@ -221,9 +232,14 @@ class RetrieverHit:
     score: float
 
 
+def _line(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 @dataclass(slots=True)
 class Hit:
-    """One search result. `score` is the final score after fusion and boosts."""
+    """One search result. `score` is its relevance in [0, 1] after the score policy
+    (docs/scoring.md); the raw figures behind it are in `retrievers` and `fusion_score`."""
 
     id: str
     corpus: str
@@ -237,12 +253,29 @@ class Hit:
     created_at: float | None = None
     retrievers: dict[str, RetrieverHit] = field(default_factory=dict)
     fusion_score: float = 0.0
+    relevance: float = 0.0  # fused score / best possible in the same search, before boosts
     boosts: dict[str, float] = field(default_factory=dict)
     alternate_sources: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def found_by(self) -> tuple[str, ...]:
         return tuple(sorted(self.retrievers))
+
+    @property
+    def path(self) -> str | None:
+        """The file a hit comes from (items written by `index`), relative to the indexed folder."""
+        value = self.metadata.get("path")
+        return value if isinstance(value, str) else None
+
+    @property
+    def start_line(self) -> int | None:
+        """The hit's first line in its file (1-based), when it comes from a file."""
+        return _line(self.metadata.get("start_line"))
+
+    @property
+    def end_line(self) -> int | None:
+        """The hit's last line in its file (1-based, inclusive)."""
+        return _line(self.metadata.get("end_line"))
 
     def to_dict(self, *, explain: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -251,6 +284,8 @@ class Hit:
             "found_by": list(self.found_by), "text": self.text, "metadata": self.metadata,
             "created_at": iso(self.created_at),
         }
+        if self.path is not None:
+            out.update(path=self.path, start_line=self.start_line, end_line=self.end_line)
         if self.alternate_sources:
             out["alternate_sources"] = self.alternate_sources
         if explain:
@@ -259,6 +294,7 @@ class Hit:
                     name: {"rank": r.rank, "score": r.score} for name, r in self.retrievers.items()
                 },
                 "fusion_score": self.fusion_score,
+                "relevance": self.relevance,
                 "boosts": self.boosts,
                 "final_score": self.score,
             }

@@ -1,8 +1,10 @@
 """The search pipeline, written once for every backend.
 
-plan -> retrieve per corpus (filters inside each query) -> collapse duplicates in
-each list -> fuse per corpus -> merge corpora with RRF -> collapse across corpora
--> score policy -> page. Backends know SQL; this module knows fusion.
+plan -> retrieve once per retriever over every corpus searched (filters inside each
+query) -> collapse duplicates in each list -> fuse -> collapse what is left across
+lists and corpora -> score in [0, 1] and policy -> page. With merge="rrf" each corpus is
+retrieved and fused apart and the corpora are interleaved by RRF. Backends know SQL;
+this module knows fusion.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from dataclasses import dataclass, field
 from . import dedup, textquery
 from . import fusion as fusion_lib
 
-__all__ = ["DEFAULT_FUSION", "DEFAULT_WEIGHTS", "SearchPlan", "dedup", "fusion_lib", "run"]
+__all__ = ["DEFAULT_FUSION", "DEFAULT_MERGE", "DEFAULT_WEIGHTS", "MERGES", "SearchPlan", "dedup",
+           "fusion_lib", "run"]
 from .errors import InvalidInputError
 from .labels import source_label
 from .model import MODES, Filters, Hit, RetrieverHit, SearchResult, StoredItem
-from .scoring import ScorePolicy, apply
+from .scoring import ScorePolicy, apply, boosted, relevance
 from .storage.contract import Backend, ScoredIds, SearchArea, Vector
 
 # Each retriever returns max(MIN_DEPTH, offset + limit) candidates. A depth that does
@@ -40,6 +43,7 @@ def _heads(plan: SearchPlan) -> tuple[int, int]:
 # The search defaults live in `fusion` (pure); re-exported here for the plan.
 DEFAULT_FUSION = fusion_lib.DEFAULT_FUSION
 DEFAULT_WEIGHTS = fusion_lib.DEFAULT_WEIGHTS
+DEFAULT_MERGE, MERGES = fusion_lib.DEFAULT_MERGE, fusion_lib.MERGES
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +62,7 @@ class SearchPlan:
     policy: ScorePolicy = field(default_factory=ScorePolicy)
     min_score: float | None = None
     max_terms: int = textquery.MAX_TERMS
+    merge: str = DEFAULT_MERGE
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -80,7 +85,9 @@ class SearchPlan:
         if self.dedup_cosine is not None and not -1.0 <= self.dedup_cosine <= 1.0:
             raise InvalidInputError(f"dedup_cosine must be in [-1, 1], got {self.dedup_cosine}")
         if self.min_score is not None and not 0.0 <= self.min_score <= 1.0:
-            raise InvalidInputError(f"min_score is a normalized score in [0, 1], got {self.min_score}")
+            raise InvalidInputError(f"min_score is a score in [0, 1], got {self.min_score}")
+        if self.merge not in MERGES:
+            raise InvalidInputError(f"unknown merge {self.merge!r}; use {' or '.join(MERGES)}")
 
     @property
     def candidate_depth(self) -> int:
@@ -91,10 +98,11 @@ class SearchPlan:
 
 @dataclass(slots=True)
 class _Candidate:
-    corpus: str
-    fused: float
+    fused: float  # the fused score, or under merge="rrf" the cross-corpus RRF score
     retrievers: dict[str, RetrieverHit]
     alternates: list[str] = field(default_factory=list)
+    relevance: float = 0.0  # fused / best possible in its list group, in [0, 1]
+    merged: bool = False  # ranked by the cross-corpus RRF score (merge="rrf")
 
 
 QueryEmbedder = Callable[[str], Vector]
@@ -116,23 +124,26 @@ def run(
     qvec = embed_query(plan.query) if use_vec and embed_query is not None else None
 
     depth = plan.candidate_depth
-    lists: dict[str, dict[str, ScoredIds]] = {}
-    for corpus in corpora:
-        area = SearchArea(corpora=(corpus,), filters=plan.filters, now=now)
+    # Merge by relevance: every corpus searched at once, one list per retriever. Merge by
+    # RRF: one group per corpus, fused apart and interleaved by rank.
+    groups = [tuple(corpora)] if plan.merge == "relevance" and corpora else [(c,) for c in corpora]
+    lists: dict[tuple[str, ...], dict[str, ScoredIds]] = {}
+    for group in groups:
+        area = SearchArea(corpora=group, filters=plan.filters, now=now)
         per: dict[str, ScoredIds] = {}
         if use_fts:
             per["fts"] = backend.text_search(text_query, area, depth)
         if qvec is not None:
             per["vector"] = backend.vector_search(qvec, area, depth)
-        lists[corpus] = per
+        lists[group] = per
 
     answered = _answered_by(lists)
     if answered == "none" and plan.mode == "hybrid":
         words = textquery.plain_words(plan.query)
-        for corpus in corpora:
-            area = SearchArea(corpora=(corpus,), filters=plan.filters, now=now)
-            lists[corpus] = {"substring": backend.substring_search(words, area, depth)}
-        answered = "substring" if any(lists[c]["substring"] for c in corpora) else "none"
+        for group in groups:
+            area = SearchArea(corpora=group, filters=plan.filters, now=now)
+            lists[group] = {"substring": backend.substring_search(words, area, depth)}
+        answered = "substring" if any(lists[g]["substring"] for g in groups) else "none"
 
     head, pool = _heads(plan)
     items: dict[str, StoredItem] = {}
@@ -141,39 +152,37 @@ def run(
 
     vectors = backend.vectors_for(sorted(items)) if plan.dedup_cosine is not None else {}
     candidates: dict[str, _Candidate] = {}
-    best: dict[str, float] = {}
-    per_corpus_ranked: list[list[str]] = []
-    for corpus in corpora:
-        fused = _fuse_corpus(plan, lists[corpus], items, vectors, candidates, corpus, best)
-        per_corpus_ranked.append(fused)
+    ranked_groups = [_fuse_group(plan, lists[g], items, vectors, candidates) for g in groups]
 
-    if len(per_corpus_ranked) > 1:
-        merged = fusion_lib.rrf(per_corpus_ranked, k=plan.rrf_k)
+    if len(ranked_groups) > 1:  # merge="rrf": each corpus gets equal say
+        merged = fusion_lib.rrf(ranked_groups, k=plan.rrf_k)
         for doc, score in merged:
             candidates[doc].fused = score
+            candidates[doc].merged = True
         order = [doc for doc, _ in merged]
-        max_score = 1.0 * len(per_corpus_ranked) / (plan.rrf_k + 1)
     else:
-        order = per_corpus_ranked[0] if per_corpus_ranked else []
-        max_score = best.get(corpora[0], 0.0) if corpora else 0.0
+        order = ranked_groups[0] if ranked_groups else []
 
     order = order[:pool]
     _fetch(backend, items, set(order), now)
     order = [doc for doc in order if doc in items]  # gone since retrieval: deleted meanwhile
-    if len(per_corpus_ranked) > 1:
-        order, absorbed = _collapse(plan, order, items, vectors)
-        for survivor, others in absorbed.items():
-            alt = candidates[survivor].alternates
-            for other in others:
-                alt.extend(a for a in [other, *candidates[other].alternates] if a not in alt)
+    # Each list was collapsed apart; copies that survived in different lists (or corpora)
+    # meet here.
+    order, absorbed = _collapse(plan, order, items, vectors,
+                                {d: candidates[d].relevance for d in order})
+    for survivor, others in absorbed.items():
+        alt = candidates[survivor].alternates
+        for other in others:
+            alt.extend(a for a in [other, *candidates[other].alternates] if a not in alt)
+    shown = set(order)  # a copy absorbed in one list may survive in another: it is a hit then
+    for doc in order:
+        candidates[doc].alternates = [a for a in candidates[doc].alternates if a not in shown]
 
+    final = {doc: _final(candidates[doc], items[doc], plan.policy, now) for doc in order}
     if plan.min_score is not None:
-        order = [d for d in order
-                 if max_score > 0 and candidates[d].fused / max_score >= plan.min_score - 1e-12]
-
+        order = [d for d in order if final[d][0] >= plan.min_score - 1e-12]
     # Rank the head by its final score; only the page becomes Hit objects.
-    ranked = sorted(order,
-                    key=lambda doc: (-_score(candidates[doc], items[doc], plan.policy, now), doc))
+    ranked = sorted(order, key=lambda doc: (-final[doc][1], doc))
     page = [_hit(doc, candidates[doc], items, plan.policy, now, labels)
             for doc in ranked[plan.offset : plan.offset + plan.limit]]
     return SearchResult(hits=page, answered_by=answered, mode=plan.mode, query=plan.query,
@@ -187,7 +196,7 @@ def _fetch(backend: Backend, items: dict[str, StoredItem], ids: set[str], now: f
         items.update((it.id, it) for it in backend.get(missing, include_expired=True, now=now))
 
 
-def _answered_by(lists: dict[str, dict[str, ScoredIds]]) -> str:
+def _answered_by(lists: dict[tuple[str, ...], dict[str, ScoredIds]]) -> str:
     found = {name for per in lists.values() for name, scored in per.items() if scored}
     if {"fts", "vector"} <= found:
         return "hybrid"
@@ -196,24 +205,24 @@ def _answered_by(lists: dict[str, dict[str, ScoredIds]]) -> str:
     return "none"
 
 
-def _fuse_corpus(
+def _fuse_group(
     plan: SearchPlan, per: dict[str, ScoredIds], items: dict[str, StoredItem],
-    vectors: dict[str, Vector], candidates: dict[str, _Candidate], corpus: str,
-    best: dict[str, float],
+    vectors: dict[str, Vector], candidates: dict[str, _Candidate],
 ) -> list[str]:
+    """Collapse each list's head, fuse the lists, and record each candidate's relevance."""
     names, scored_lists, weights = [], [], []
     head, _ = _heads(plan)
     for name, scored in per.items():
         # Collapse duplicates in the head (read from the store); the tail only informs fusion.
         top = [d for d, _ in scored[:head] if d in items]
-        kept, alternates = _collapse(plan, top, items, vectors)
+        kept, alternates = _collapse(plan, top, items, vectors, _shares(scored[:head]))
         keep = set(kept)
         scored = [(d, s) for d, s in scored[:head] if d in keep] + list(scored[head:])
         names.append(name)
         scored_lists.append(scored)
         weights.append(plan.weights[1] if name == "vector" else plan.weights[0])
         for rank, (doc, score) in enumerate(scored, start=1):
-            cand = candidates.setdefault(doc, _Candidate(corpus, 0.0, {}))
+            cand = candidates.setdefault(doc, _Candidate(0.0, {}))
             cand.retrievers[name] = RetrieverHit(rank=rank, score=score)
         for survivor, absorbed in alternates.items():
             alt = candidates[survivor].alternates
@@ -223,20 +232,24 @@ def _fuse_corpus(
         return []
     fused = fusion_lib.fuse(plan.fusion, [scored_lists[i] for i in present],
                             weights=[weights[i] for i in present], k=plan.rrf_k)
-    best[corpus] = fusion_lib.best_possible(plan.fusion, [scored_lists[i] for i in present],
-                                            weights=[weights[i] for i in present], k=plan.rrf_k)
+    best = fusion_lib.best_possible(plan.fusion, [scored_lists[i] for i in present],
+                                    weights=[weights[i] for i in present], k=plan.rrf_k)
     for doc, score in fused:
         candidates[doc].fused = score
+        candidates[doc].relevance = relevance(score, best)
     return [doc for doc, _ in fused]
 
 
 def _collapse(
     plan: SearchPlan, order: list[str], items: dict[str, StoredItem], vectors: dict[str, Vector],
+    scores: dict[str, float],
 ) -> tuple[list[str], dict[str, list[str]]]:
-    """Near-duplicate collapse by token Jaccard and, when asked, by vector cosine."""
+    """Near-duplicate collapse by token Jaccard (never across a gap in `scores`, 0-1) and,
+    when asked, by vector cosine."""
     absorbed: dict[str, list[str]] = {}
     if plan.dedup_threshold is not None and len(order) > 1:
-        order, absorbed = dedup.collapse([(d, items[d].text) for d in order], plan.dedup_threshold)
+        order, absorbed = dedup.collapse([(d, items[d].text) for d in order], plan.dedup_threshold,
+                                         scores=scores)
     if plan.dedup_cosine is not None and len(order) > 1:
         order, by_vector = dedup.collapse_by_vectors(order, vectors, plan.dedup_cosine)
         for survivor, others in by_vector.items():
@@ -246,10 +259,19 @@ def _collapse(
     return order, absorbed
 
 
-def _score(cand: _Candidate, item: StoredItem, policy: ScorePolicy, now: float) -> float:
-    """The final score, as `_hit` computes it."""
-    return apply(cand.fused, policy.factors(kind=item.kind, access_count=item.access_count,
-                                            created_at=item.created_at, now=now))
+def _shares(scored: ScoredIds) -> dict[str, float]:
+    """Each score as a share of the list's best (1.0 for all when the best is not > 0)."""
+    top = scored[0][1] if scored else 0.0
+    return {d: (s / top if top > 0 else 1.0) for d, s in scored}
+
+
+def _final(cand: _Candidate, item: StoredItem, policy: ScorePolicy, now: float) -> tuple[float, float]:
+    """(the score shown, the key ranked by): both the boosted relevance when merging by
+    relevance; under merge="rrf" the ranking key is the boosted cross-corpus RRF score."""
+    factors = policy.factors(kind=item.kind, access_count=item.access_count,
+                             created_at=item.created_at, now=now)
+    shown = boosted(cand.relevance, factors)
+    return shown, (apply(cand.fused, factors) if cand.merged else shown)
 
 
 def _hit(
@@ -261,7 +283,8 @@ def _hit(
                              created_at=item.created_at, now=now)
     return Hit(
         id=doc, corpus=item.corpus, text=item.text, title=item.title, kind=item.kind,
-        score=apply(cand.fused, factors), fusion_score=cand.fused, boosts=factors,
+        score=boosted(cand.relevance, factors), relevance=cand.relevance,
+        fusion_score=cand.fused, boosts=factors,
         source_label=_label(item, labels), source_url=item.source_url,
         metadata=item.metadata, created_at=item.created_at, retrievers=cand.retrievers,
         alternate_sources=[{"id": a, "source": _label(items[a], labels)}

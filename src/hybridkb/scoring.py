@@ -1,7 +1,13 @@
-"""The score policy applied after fusion: type weights, access and recency boosts. Pure.
+"""The score a user reads, and the policy applied to it: type weights, access and recency
+boosts. Pure.
 
-Every factor is multiplicative, can be switched off, and applies only where the
-item has the field it reads; an item without a kind keeps weight 1.0.
+A hit's score is its relevance in [0, 1]: the fused score as a share of the best fused
+score the same search could give (an item first, with the strongest score, in every
+retriever that answered). The policy's factors multiply into one factor f per item,
+applied as relevance ** (1 / f): a boost (f > 1) lifts a score towards 1, a penalty
+(f < 1) lowers it towards 0, 0 and 1 stay put, and the order of items with equal
+factors never changes. Every factor can be switched off and applies only where the item
+has the field it reads; an item without a kind keeps weight 1.0.
 """
 
 from __future__ import annotations
@@ -48,6 +54,23 @@ class ScorePolicy:
 
 
 def apply(score: float, factors: Mapping[str, float]) -> float:
+    """The raw fused score times every factor (what `--explain` reports as the product)."""
     for f in factors.values():
         score *= f
     return score
+
+
+def relevance(fused: float, best: float) -> float:
+    """`fused` as a share of `best`, the best fused score possible in the same search; in [0, 1]."""
+    if not (best > 0 and math.isfinite(best) and math.isfinite(fused)):
+        return 0.0
+    return min(1.0, max(0.0, fused / best))
+
+
+def boosted(relevance: float, factors: Mapping[str, float]) -> float:
+    """A relevance in [0, 1] under the policy's factors: relevance ** (1 / product), in [0, 1]."""
+    product = apply(1.0, factors)
+    r = min(1.0, max(0.0, relevance))
+    if product <= 0:
+        return 0.0
+    return r ** (1.0 / product) if r > 0 else 0.0

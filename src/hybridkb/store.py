@@ -10,14 +10,9 @@ from dataclasses import replace as dc_replace
 from datetime import timedelta
 from typing import Any
 
-from . import pipeline, validation
+from . import pipeline, selection, validation
 from .embedding import Embedder, content_hash
-from .errors import (
-    EmbedderMismatchError,
-    InvalidInputError,
-    NotFoundError,
-    StoreError,
-)
+from .errors import EmbedderMismatchError, InvalidInputError, NotFoundError, StoreError
 from .model import (
     ITEM_FIELDS,
     Filters,
@@ -39,10 +34,13 @@ from .storage.records import (
     META_LABEL_TEMPLATES,
     META_PENDING_EMBEDDER,
 )
+from .version import package_version as _package_version
 
 MEMORY_CORPUS = "memory"
 
 Progress = Callable[[int], None]
+CORPUS_SETTINGS = "corpus_settings:"  # meta key prefix: one JSON object per corpus
+EMBED_BATCH = 256  # items per embedding transaction when draining the queue
 
 _UNSET: Any = object()  # tells a deprecated keyword that was not given from one given as None
 
@@ -63,10 +61,11 @@ class KnowledgeBase:
     """
 
     def __init__(self, backend: Backend, embedder: Embedder | None, *,
-                 score_policy: ScorePolicy | None = None) -> None:
+                 score_policy: ScorePolicy | None = None, embed: str = "sync") -> None:
         self.backend = backend
         self.embedder = embedder
         self.score_policy = score_policy or ScorePolicy()
+        self.embed_mode = validation.check_embed_mode(embed)
         self._vector_problem: EmbedderMismatchError | None = None
         if backend.newer_schema is not None:
             warnings.warn(f"{backend.url}: {backend.newer_schema}", NewerSchemaWarning, stacklevel=3)
@@ -133,21 +132,22 @@ class KnowledgeBase:
 
     # -- writes -----------------------------------------------------------------------------
 
-    def add(self, text: str, **fields: Any) -> str:
+    def add(self, text: str, *, embed: str | None = None, **fields: Any) -> str:
         """Add one item; returns its id. An existing id is an error (use `upsert`)."""
-        return self.add_many([{"text": text, **fields}])[0]
+        return self.add_many([{"text": text, **fields}], embed=embed)[0]
 
-    def upsert(self, text: str, **fields: Any) -> str:
+    def upsert(self, text: str, *, embed: str | None = None, **fields: Any) -> str:
         """Insert or replace one item by id (created_at and access counts are kept)."""
-        return self.add_many([{"text": text, **fields}], replace=True)[0]
+        return self.add_many([{"text": text, **fields}], replace=True, embed=embed)[0]
 
     def add_many(
         self, items: Iterable[Item | Mapping[str, Any]], *, replace: bool = False,
-        batch_size: int = 256, progress: Progress | None = None,
+        batch_size: int = 256, progress: Progress | None = None, embed: str | None = None,
     ) -> list[str]:
         """Add items in batches; each batch is one transaction (all of it or none).
 
-        Vectors are computed for new or changed text only (by content hash).
+        Vectors are computed for new or changed text only (by content hash), before the
+        commit with `embed="sync"`, later with `embed="defer"` (default: `self.embed_mode`).
         """
         validation.check_batch_size(batch_size)
         if not isinstance(replace, bool):
@@ -156,17 +156,18 @@ class KnowledgeBase:
             raise InvalidInputError("progress must be a callable taking a count")
         if isinstance(items, Item | Mapping | str | bytes) or not isinstance(items, Iterable):
             raise InvalidInputError(f"items must be a list of items, not {type(items).__name__}")
+        defer = validation.check_embed_mode(self.embed_mode if embed is None else embed) == "defer"
         ids: list[str] = []
         batch: list[tuple[Item, Vector | None]] = []
         for raw in items:
             batch.append(self._prepare(raw))
             if len(batch) >= batch_size:
-                ids.extend(self._write_batch(batch, replace))
+                ids.extend(self._write_batch(batch, replace, defer))
                 if progress:
                     progress(len(batch))
                 batch = []
         if batch:
-            ids.extend(self._write_batch(batch, replace))
+            ids.extend(self._write_batch(batch, replace, defer))
             if progress:
                 progress(len(batch))
         return ids
@@ -229,7 +230,8 @@ class KnowledgeBase:
             dim = self.embedder.dim
         return codec.normalized(vector, dim, label=f"item {item_id!r}")
 
-    def _write_batch(self, batch: list[tuple[Item, Vector | None]], replace: bool) -> list[str]:
+    def _write_batch(self, batch: list[tuple[Item, Vector | None]], replace: bool,
+                     defer: bool = False) -> list[str]:
         items = [it for it, _ in batch]
         seen: set[str] = set()
         for it in items:
@@ -249,7 +251,7 @@ class KnowledgeBase:
             unchanged = self.backend.embedded_hashes([it.id for it in items]) if replace else {}  # type: ignore[misc]
             todo = [i for i, it in enumerate(items)
                     if vectors[i] is None and unchanged.get(it.id) != hashes[i]]  # type: ignore[arg-type]
-            if todo:
+            if todo and not defer:  # a deferred write leaves every changed text to the queue
                 embedded = self.embedder.embed_documents([items[i].embedding_text for i in todo])
                 for i, vec in zip(todo, embedded, strict=True):
                     vectors[i] = vec
@@ -287,10 +289,23 @@ class KnowledgeBase:
         """Corpus name -> number of items."""
         return self.backend.corpora()
 
-    def iter_items(self, *, batch_size: int = 500) -> Iterator[StoredItem]:
-        """Every item (expired and stale ones too), in storage order."""
+    def iter_items(
+        self, *, batch_size: int = 500, corpus: str | None = None,
+        corpora: Sequence[str] | str | None = None, filters: Filters | Mapping[str, Any] | None = None,
+    ) -> Iterator[StoredItem]:
+        """Every item in storage order (expired and stale ones too), or those `corpus`/`corpora`
+        and `filters` select; `filters` work as in `search` (expired and stale items then
+        left out unless include_expired / include_stale)."""
+        names = selection.pick_corpora(corpus, corpora)
+        wanted = None if names is None else {names} if isinstance(names, str) else set(names)
+        parsed = None if filters is None else \
+            parse_filters(dict(filters) if isinstance(filters, Mapping) else filters)
+        now = now_ts()
         for batch in self.backend.iter_items(batch_size):
-            yield from batch
+            for item in batch:
+                if (wanted is None or item.corpus in wanted) \
+                        and (parsed is None or selection.item_matches(item, parsed, now)):
+                    yield item
 
     def export_batches(
         self, *, batch_size: int = 500, vectors: bool = False, corpora: Sequence[str] | None = None,
@@ -336,26 +351,39 @@ class KnowledgeBase:
             "items_without_vectors": len(self.backend.ids_missing_vectors(10**9))
             if self.vector_dim is not None else self.count(),
             "reembed_pending": self.backend.get_meta(META_PENDING_EMBEDDER),
+            "awaiting_embedding": self.awaiting_embedding(),
+            "version": _package_version(),
         }
         if self.backend.newer_schema is not None:
             out["read_only"] = self.backend.newer_schema
         return out
 
+    def awaiting_embedding(self) -> int:
+        """How many items wait for a vector from this store's model (0 without a model)."""
+        usable = self.embedder is not None and self.backend.vector_dim() is not None and self.has_vectors
+        return len(self.backend.ids_missing_vectors(10**9)) if usable else 0
+
     # -- search -----------------------------------------------------------------------------
 
     def search(
         self, query: str, *, mode: str = "hybrid", limit: int = 10, offset: int = 0,
-        corpora: Sequence[str] | str | None = None, filters: Filters | Mapping[str, Any] | None = None,
+        corpus: str | None = None, corpora: Sequence[str] | str | None = None,
+        filters: Filters | Mapping[str, Any] | None = None,
         fusion: str | None = None, weights: Sequence[float] | None = None,
         rrf_k: float = pipeline.fusion_lib.RRF_K, depth: int | None = None,
         dedup_threshold: float | None = pipeline.dedup.DEFAULT_THRESHOLD,
         dedup_cosine: float | None = None,
         score_policy: ScorePolicy | None = None, min_score: float | None = None,
+        merge: str = pipeline.DEFAULT_MERGE,
         touch: bool = False, dedup: Any = _UNSET, explain: Any = _UNSET,
     ) -> SearchResult:
         """Hybrid search. A query's text never raises; bad options raise InvalidInputError.
 
-        `mode` is one of `model.MODES`, `fusion` one of `fusion.FUSIONS`.
+        `corpus="x"` searches one corpus, `corpora=[...]` several (default: all).
+        `mode` is one of `model.MODES`, `fusion` one of `fusion.FUSIONS`. Several corpora
+        are searched as one (`merge="relevance"`); `merge="rrf"` fuses each corpus apart
+        and interleaves them by rank, so each corpus gets equal say. Each hit's `score` is
+        a relevance in [0, 1] (docs/scoring.md); `min_score` drops hits scoring lower.
         `dedup_threshold` is the token-Jaccard similarity at which near-duplicates
         collapse (None: off); `dedup_cosine` adds a cosine test on stored vectors.
         Every hit carries its explanation (per-retriever ranks and scores, fusion
@@ -382,12 +410,15 @@ class KnowledgeBase:
             weights=opts["weights"] if opts["weights"] is not None else pipeline.DEFAULT_WEIGHTS,
             rrf_k=opts["rrf_k"], depth=opts["depth"], dedup_threshold=opts["dedup_threshold"],
             dedup_cosine=opts["dedup_cosine"], policy=score_policy or self.score_policy,
-            min_score=opts["min_score"],
+            min_score=opts["min_score"], merge=merge,
         )
         plan.validate()
-        names = self._resolve_corpora(corpora)
+        names = self._resolve_corpora(selection.pick_corpora(corpus, corpora))
         notes: list[str] = []
         embed = self._query_embedder(mode, notes)
+        if embed is not None and self.backend.ids_missing_vectors(1):
+            notes.append(f"{self.awaiting_embedding()} item(s) awaiting embedding: found by full text "
+                         f"only until embedded (`hybridkb embed`)")
         result = pipeline.run(plan, self.backend, corpora=names, now=now_ts(), embed_query=embed,
                               labels=self.label_templates(), notes=notes)
         if touch and result.hits:
@@ -439,6 +470,17 @@ class KnowledgeBase:
         labels[validation.check_name("corpus", corpus)] = template
         self.backend.set_meta(META_LABEL_TEMPLATES, json.dumps(labels))
 
+    def corpus_settings(self, corpus: str) -> dict[str, Any]:
+        """What the store remembers about a corpus (e.g. the folder `index` mirrors into it)."""
+        raw = self.backend.get_meta(CORPUS_SETTINGS + validation.check_name("corpus", corpus))
+        value = json.loads(raw or "{}")
+        return value if isinstance(value, dict) else {}
+
+    def set_corpus_settings(self, corpus: str, **values: Any) -> None:
+        """Merge `values` (JSON values; None removes a key) into the corpus's settings."""
+        settings = {k: v for k, v in {**self.corpus_settings(corpus), **values}.items() if v is not None}
+        self.backend.set_meta(CORPUS_SETTINGS + corpus, json.dumps(settings, sort_keys=True))
+
     # -- memory -----------------------------------------------------------------------------
 
     def remember(
@@ -450,9 +492,10 @@ class KnowledgeBase:
         return self.add(text, kind=kind, scope=scope, ttl=ttl, corpus=corpus,
                         metadata=dict(metadata or {}), **fields)
 
-    def recall(self, query: str, *, limit: int = 10, corpora: Sequence[str] | str | None = None,
-               **options: Any) -> SearchResult:
+    def recall(self, query: str, *, limit: int = 10, corpus: str | None = None,
+               corpora: Sequence[str] | str | None = None, **options: Any) -> SearchResult:
         """Search memories with the score policy on, and count each returned hit as accessed."""
+        corpora = selection.pick_corpora(corpus, corpora)
         if corpora is None:
             corpora = [MEMORY_CORPUS] if MEMORY_CORPUS in self.corpora() else None
         options.setdefault("touch", True)
@@ -525,17 +568,29 @@ class KnowledgeBase:
             self._record_model()
         self._refresh_vector_problem()
         self.backend.ensure_vector_storage(dim)
-        skipped: set[str] = set()
-        while ids := [i for i in self.backend.ids_missing_vectors(batch_size + len(skipped))
-                      if i not in skipped][:batch_size]:
+        return done + self.embed_pending(batch_size=batch_size, progress=progress)
+
+    def embed_pending(
+        self, *, batch_size: int = EMBED_BATCH, progress: Progress | None = None,
+        stop: Callable[[], bool] | None = None,
+    ) -> int:
+        """Embed the items waiting for a vector, a transaction per batch; `stop` is asked between."""
+        if self.embedder is None or not self.has_vectors:
+            return 0
+        validation.check_batch_size(batch_size)
+        self.backend.ensure_vector_storage(self.embedder.dim)
+        done, skipped = 0, set[str]()
+        while not (stop is not None and stop()):
+            ids = [i for i in self.backend.ids_missing_vectors(batch_size + len(skipped))
+                   if i not in skipped][:batch_size]
+            if not ids:
+                break
             items = self.backend.get(ids, include_expired=True, now=now_ts())
             vectors = self.embedder.embed_documents([it.embedding_text for it in items])
             written = self.backend.write_vectors(
                 [it.id for it in items], list(vectors),
                 [content_hash(it.embedding_text) for it in items])
-            # An item deleted or rewritten between `get` and `write_vectors` is left alone:
-            # its writer embedded the new text itself (or wrote it without a model).
-            if written < len(ids):
+            if written < len(ids):  # rewritten or deleted since `get`: left to its writer
                 skipped.update(ids)
             done += written
             if progress:

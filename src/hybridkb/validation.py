@@ -127,6 +127,16 @@ def ttl_seconds(ttl: float | timedelta | None) -> float | None:
     return float(seconds)
 
 
+EMBED_MODES = ("sync", "defer")
+
+
+def check_embed_mode(mode: object) -> str:
+    """"sync" (embed before the commit) or "defer" (commit text; the vector follows)."""
+    if mode not in EMBED_MODES:
+        raise InvalidInputError(f"embed must be one of {', '.join(EMBED_MODES)}, got {mode!r:.60}")
+    return str(mode)
+
+
 def check_batch_size(batch_size: object) -> int:
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidInputError(f"batch_size must be a positive integer, got {batch_size!r}")

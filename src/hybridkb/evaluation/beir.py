@@ -55,6 +55,7 @@ class Dataset:
     qrels: Qrels
     skipped_queries: int = 0  # judged queries without a relevant doc or without a text
     skipped_docs: int = 0  # documents with neither title nor text
+    generated: int = 0  # documents at the end of `corpus` that are not in corpus_file
 
 
 def _find(folder: Path, stem: str) -> Path:

@@ -28,8 +28,10 @@ from ..store import KnowledgeBase
 from . import metrics
 from .beir import Dataset, Query, file_sha256, load
 from .cache import EmbeddingCache, PrecomputedQueries, ProgressFactory, cached_embed, no_progress
+from .neardup import with_near_duplicates
 
 Pair = tuple[float, float]
+METRIC_NAMES = tuple(metrics.METRICS)
 LIMIT = 100  # hits per query, so Recall@100 is meaningful
 
 
@@ -43,6 +45,7 @@ class RunSpec:
     rrf_k: float | None = None
     bm25_weights: Pair | None = None  # a backend option; None keeps the backend's default
     default: bool = False  # KnowledgeBase defaults exactly (score policy and dedup on)
+    merge: str | None = None  # how several corpora merge; None keeps the search default
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,9 @@ class EvalOptions:
     depth: int | None = None  # candidates per retriever; None: the search default for `limit`
     default_row: bool = True
     keep_runs: bool = False  # keep each row's ranked ids per query (for tests)
+    near_duplicates: bool = False  # add near-copies of relevant documents (neardup.py)
+    merges: Sequence[str | None] = (None,)  # several datasets: merges for every-corpus rows
+    distractors: bool = True  # several datasets: add the small distractor corpora
 
 
 @dataclass(slots=True)
@@ -80,7 +86,7 @@ class RowResult:
             "weights": list(s.weights) if s.weights is not None else None,
             "rrf_k": s.rrf_k, "bm25_weights": list(self.bm25_used) if self.bm25_used else None,
             "score_policy": "default" if s.default else "off",
-            "dedup": "default" if s.default else "off",
+            "dedup": "default" if s.default else "off", "merge": s.merge,
             **{name: round(value, 6) for name, value in self.scores.items()},
             "qps": round(self.qps, 2), "p50_ms": round(self.p50_ms, 3),
             "p95_ms": round(self.p95_ms, 3), "default": s.default,
@@ -143,56 +149,90 @@ def plan_runs(options: EvalOptions) -> list[RunSpec]:
     return list(dict.fromkeys(specs))
 
 
+def prepare(dataset: Dataset | str | Path, o: EvalOptions) -> Dataset:
+    """Load `dataset` (if a path) and apply the dataset options (near-duplicates)."""
+    data = dataset if isinstance(dataset, Dataset) else load(dataset, o.split)
+    return with_near_duplicates(data) if o.near_duplicates else data
+
+
+def check(specs: Sequence[RunSpec], embedder: Embedder | None, o: EvalOptions) -> None:
+    if not specs:
+        raise InvalidInputError("nothing to run: choose at least one mode")
+    if any(s.mode != "fts" for s in specs) and embedder is None:
+        raise InvalidInputError("vector and hybrid modes need an embedder; use --mode fts")
+    if o.max_queries is not None and o.max_queries < 1:
+        raise InvalidInputError("max queries must be at least 1")
+
+
+@dataclass(frozen=True, slots=True)
+class Embedded:
+    """A dataset's document and query vectors (None without a model)."""
+
+    docs: np.ndarray[Any, Any] | None = None
+    queries: dict[str, np.ndarray[Any, Any]] = field(default_factory=dict)
+    seconds: float | None = None
+    cached: bool | None = None
+    queries_cached: bool | None = None
+
+
+def embed(model: Embedder | None, data: Dataset, queries: Sequence[Query],
+          cache: EmbeddingCache | None, progress: ProgressFactory) -> Embedded:
+    """Vectors of the corpus (generated documents apart, so the file's entry stays valid)
+    and of `queries`, from the cache where possible."""
+    if model is None:
+        return Embedded()
+    n_file = len(data.corpus) - data.generated
+    parts = [(data.corpus[:n_file], "corpus", file_sha256(data.corpus_file))]
+    if data.generated:
+        parts.append((data.corpus[n_file:], "generated", file_sha256(data.corpus_file)))
+    blocks, seconds, cached = [], 0.0, True
+    for docs, kind, sha in parts:
+        got = cached_embed(model, kind=kind, source_sha=sha, ids=[d.id for d in docs],
+                           texts=[d.embedding_text for d in docs], cache=cache, progress=progress)
+        blocks.append(got.vectors)
+        seconds += got.seconds
+        cached = cached and got.cached
+    qv = cached_embed(model, kind="queries", source_sha=file_sha256(data.queries_file),
+                      ids=[q.id for q in queries], texts=[q.text for q in queries],
+                      cache=cache, progress=progress)
+    return Embedded(np.vstack(blocks) if blocks else None,
+                    {q.text: v for q, v in zip(queries, qv.vectors, strict=True)},
+                    seconds, cached, qv.cached)
+
+
 def evaluate(
     dataset: Dataset | str | Path, embedder: Embedder | None, options: EvalOptions | None = None,
     *, cache: EmbeddingCache | None = None, progress: ProgressFactory = no_progress,
 ) -> EvalReport:
     """Index `dataset` into a fresh store and run every planned row over its queries."""
     o = options or EvalOptions()
-    data = dataset if isinstance(dataset, Dataset) else load(dataset, o.split)
+    data = prepare(dataset, o)
     specs = plan_runs(o)
-    if not specs:
-        raise InvalidInputError("nothing to run: choose at least one mode")
+    check(specs, embedder, o)
     needs_vectors = any(s.mode != "fts" for s in specs)
-    if needs_vectors and embedder is None:
-        raise InvalidInputError("vector and hybrid modes need an embedder; use --mode fts")
-    if o.max_queries is not None and o.max_queries < 1:
-        raise InvalidInputError("max queries must be at least 1")
     queries = data.queries[: o.max_queries] if o.max_queries else list(data.queries)
     qrels = {q.id: data.qrels[q.id] for q in queries}
     scopes = [_scope(q, o.scope_by) for q in queries]
 
-    model = embedder if needs_vectors else None
-    doc_vectors = query_vectors = None
-    if model is not None:
-        doc_vectors = cached_embed(
-            model, kind="corpus", source_sha=file_sha256(data.corpus_file),
-            ids=[d.id for d in data.corpus], texts=[d.embedding_text for d in data.corpus],
-            cache=cache, progress=progress)
-        query_vectors = cached_embed(
-            model, kind="queries", source_sha=file_sha256(data.queries_file),
-            ids=[q.id for q in queries], texts=[q.text for q in queries],
-            cache=cache, progress=progress)
-        model = PrecomputedQueries(model, {q.text: v for q, v in
-                                           zip(queries, query_vectors.vectors, strict=True)})
+    vectors = embed(embedder if needs_vectors else None, data, queries, cache, progress)
+    model = (PrecomputedQueries(embedder, vectors.queries)
+             if needs_vectors and embedder is not None else None)
 
     report = EvalReport(
         dataset=data.name, split=data.split, n_docs=len(data.corpus), n_queries=len(queries),
         embedder=model.model_id if model else None, index_seconds=0.0,
-        corpus_embed_seconds=doc_vectors.seconds if doc_vectors else None,
-        corpus_embeddings_cached=doc_vectors.cached if doc_vectors else None,
-        query_embeddings_cached=query_vectors.cached if query_vectors else None,
+        corpus_embed_seconds=vectors.seconds, corpus_embeddings_cached=vectors.cached,
+        query_embeddings_cached=vectors.queries_cached,
         scope_by=o.scope_by, ignore_identical_ids=o.ignore_identical_ids, depth=o.depth)
     corpus = f"beir-{data.name}"[:128]
     with _target(o.db) as target:
         with _open(target, model, None) as kb:
-            report.index_seconds = _index(
-                kb, data, corpus, doc_vectors.vectors if doc_vectors else None, progress)
+            report.index_seconds = _index(kb, data, corpus, vectors.docs, progress)
         results: dict[RunSpec, RowResult] = {}
         for bm25 in dict.fromkeys(s.bm25_weights for s in specs):
             with _open(target, model, bm25) as kb:
                 for spec in (s for s in specs if s.bm25_weights == bm25):
-                    results[spec] = _run_row(kb, spec, queries, qrels, scopes, corpus, o)
+                    results[spec] = _run_row(kb, spec, queries, qrels, scopes, [corpus], o)
     report.rows = [results[s] for s in specs]
     return report
 
@@ -231,13 +271,13 @@ def _open(target: str, model: Embedder | None, bm25: Pair | None) -> Iterator[Kn
 
 
 def _index(kb: KnowledgeBase, data: Dataset, corpus: str, vectors: np.ndarray[Any, Any] | None,
-           progress: ProgressFactory) -> float:
+           progress: ProgressFactory, prefix: str = "") -> float:
     if kb.count(corpus):
         raise InvalidInputError(
             f"the store already holds corpus {corpus!r}; evaluate into a fresh store")
     items: list[dict[str, Any]] = []
     for i, doc in enumerate(data.corpus):
-        item: dict[str, Any] = {"id": doc.id, "corpus": corpus, "title": doc.title,
+        item: dict[str, Any] = {"id": prefix + doc.id, "corpus": corpus, "title": doc.title,
                                 "text": doc.text, "metadata": doc.metadata}
         if vectors is not None:
             item["vector"] = vectors[i]
@@ -250,19 +290,23 @@ def _index(kb: KnowledgeBase, data: Dataset, corpus: str, vectors: np.ndarray[An
 
 def _run_row(
     kb: KnowledgeBase, spec: RunSpec, queries: Sequence[Query], qrels: metrics.Qrels,
-    scopes: Sequence[dict[str, Any] | None], corpus: str, o: EvalOptions,
+    scopes: Sequence[dict[str, Any] | None], corpora: Sequence[str] | None, o: EvalOptions,
+    prefix: str = "",
 ) -> RowResult:
+    """Run every query with `spec` over `corpora` (None: every corpus); hit ids lose
+    `prefix` (items of other datasets keep theirs, so they never match a judgment)."""
     limit = o.limit + (1 if o.ignore_identical_ids else 0)
+    merge: dict[str, Any] = {} if spec.merge is None else {"merge": spec.merge}
 
     def search(query: Query, scope: dict[str, Any] | None) -> list[str]:
         if spec.default:
-            result = kb.search(query.text, limit=limit, corpora=[corpus], filters=scope)
+            result = kb.search(query.text, limit=limit, corpora=corpora, filters=scope, **merge)
         else:
             result = kb.search(
-                query.text, mode=spec.mode, limit=limit, corpora=[corpus], filters=scope,
+                query.text, mode=spec.mode, limit=limit, corpora=corpora, filters=scope,
                 fusion=spec.fusion, weights=spec.weights, rrf_k=spec.rrf_k or RRF_K,
-                depth=o.depth, dedup_threshold=None, score_policy=ScorePolicy.off())
-        ids = [h.id for h in result.hits]
+                depth=o.depth, dedup_threshold=None, score_policy=ScorePolicy.off(), **merge)
+        ids = [h.id.removeprefix(prefix) if prefix else h.id for h in result.hits]
         if o.ignore_identical_ids:
             ids = [d for d in ids if d != query.id]
         return ids[: o.limit]

@@ -4,10 +4,20 @@ from __future__ import annotations
 
 from .chunk import Chunk, chunk_markdown, chunk_text
 from .code import chunk_code
-from .indexer import IndexSummary, chunk_file, chunk_ids, index_folder
+from .indexer import (
+    CorpusRootError,
+    FileChange,
+    IndexInterrupted,
+    IndexSummary,
+    chunk_file,
+    chunk_ids,
+    corpus_root,
+    index_folder,
+)
 from .walk import Skipped, SourceFile, find_files
 
 __all__ = [
-    "Chunk", "IndexSummary", "Skipped", "SourceFile", "chunk_code", "chunk_file", "chunk_ids",
-    "chunk_markdown", "chunk_text", "find_files", "index_folder",
+    "Chunk", "CorpusRootError", "FileChange", "IndexInterrupted", "IndexSummary", "Skipped",
+    "SourceFile", "chunk_code", "chunk_file", "chunk_ids", "chunk_markdown", "chunk_text",
+    "corpus_root", "find_files", "index_folder",
 ]

@@ -18,9 +18,13 @@ class FileType:
 
 MARKDOWN = FileType("markdown", "document")
 TEXT = FileType("text", "document")
+HTML = FileType("html", "document")
+NOTEBOOK = FileType("notebook", "document")
+CSV = FileType("csv", "document")
 
 _PROSE = {".md": MARKDOWN, ".markdown": MARKDOWN, ".mdx": MARKDOWN,
-          ".txt": TEXT, ".rst": TEXT, ".adoc": TEXT}
+          ".txt": TEXT, ".rst": TEXT, ".adoc": TEXT, ".html": HTML, ".htm": HTML,
+          ".xhtml": HTML, ".ipynb": NOTEBOOK, ".csv": CSV, ".tsv": CSV}
 
 _CODE_SUFFIXES = {
     "python": (".py", ".pyi"),
@@ -44,8 +48,17 @@ _BY_NAME = {
 
 # Machine-written files: large, noisy, and never what a question is about.
 _GENERATED_NAMES = frozenset({"package-lock.json", "pnpm-lock.yaml", "npm-shrinkwrap.json",
-                              "composer.lock", "yarn.lock"})
-_GENERATED_SUFFIXES = (".min.js", ".min.css")
+                              "composer.lock", "yarn.lock", "Cargo.lock", "poetry.lock", "Pipfile.lock",
+                              "Gemfile.lock", "uv.lock", "pdm.lock", "go.sum", "flake.lock",
+                              "packages.lock.json", "bun.lockb"})
+_GENERATED_SUFFIXES = (".min.js", ".min.css", ".min.mjs", ".bundle.js", ".map", ".pb.go", "_pb2.py")
+# Folders of someone else's code, copied in.
+VENDORED_DIRS = frozenset({"vendor", "vendored", "_vendor", "third_party", "third-party", "thirdparty"})
+# Data formats: worth indexing when small (a config), noise when large (a dump, a tokenizer).
+DATA_LANGUAGES = frozenset({"json", "csv"})
+MAX_DATA_BYTES = 32_000
+# A line this long in a source file means machine output (minified, generated).
+MINIFIED_LINE_CHARS = 1000
 
 
 def classify(name: str) -> FileType | None:
@@ -56,5 +69,22 @@ def classify(name: str) -> FileType | None:
     return _PROSE.get(suffix) or _CODE.get(suffix)
 
 
+def generated_reason(name: str) -> str | None:
+    """Why a file name says "machine-written", or None."""
+    if name in _GENERATED_NAMES or name.lower().endswith(".lock"):
+        return "lock file"
+    if name.lower().endswith(_GENERATED_SUFFIXES):
+        return "generated or minified file"
+    return None
+
+
 def is_generated(name: str) -> bool:
-    return name in _GENERATED_NAMES or name.lower().endswith(_GENERATED_SUFFIXES)
+    return generated_reason(name) is not None
+
+
+def looks_minified(text: str, file_type: FileType) -> bool:
+    """Code whose lines are mostly very long: a minified or generated bundle."""
+    if not file_type.is_code or file_type.language in DATA_LANGUAGES:
+        return False
+    lines = text.count("\n") + 1
+    return len(text) / lines > 300 or (lines <= 5 and len(text) > MINIFIED_LINE_CHARS * 5)

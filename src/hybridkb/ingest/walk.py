@@ -4,6 +4,8 @@
 one, as in git), including those between the enclosing repository's root and
 the folder; ignored directories are never entered. Version-control folders,
 node_modules and virtualenvs are always skipped, symlinks are not followed.
+Nothing here raises for one bad entry: a file or folder that cannot be read, or
+whose name is not valid UTF-8, is listed in `skipped` with the reason.
 """
 
 from __future__ import annotations
@@ -16,7 +18,15 @@ from pathlib import Path
 
 from pathspec import GitIgnoreSpec
 
-from .languages import FileType, classify, is_generated
+from .languages import (
+    DATA_LANGUAGES,
+    MAX_DATA_BYTES,
+    TEXT,
+    VENDORED_DIRS,
+    FileType,
+    classify,
+    generated_reason,
+)
 
 MAX_FILE_BYTES = 1_000_000
 BINARY_SNIFF_BYTES = 8192
@@ -29,6 +39,7 @@ class SourceFile:
     rel: str  # POSIX path relative to the indexed folder
     path: Path
     type: FileType
+    chosen: bool = False  # named by --include (or given alone): no data/minified skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +74,31 @@ def _ignored(chain: Sequence[_Ignore], rel: str) -> bool:
     return False
 
 
+def _exists(path: Path, *, is_file: bool = False) -> bool:
+    """Path.exists / is_file that says False instead of raising (e.g. Permission denied)."""
+    try:
+        return path.is_file() if is_file else path.exists()
+    except OSError:
+        return False
+
+
+def shown(rel: str) -> str:
+    """A path as text that can be printed and stored (undecodable name bytes escaped)."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(rel).decode("utf-8", "backslashreplace")
+    return rel
+
+
+def _bad_name(rel: str) -> bool:
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def _read_spec(path: Path) -> GitIgnoreSpec | None:
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -74,7 +110,7 @@ def _read_spec(path: Path) -> GitIgnoreSpec | None:
 def _outer_ignores(root: Path) -> list[_Ignore]:
     """Ignore files from the enclosing repository's root down to (not including) `root`."""
     parents = [root, *root.parents]
-    repo = next((p for p in parents if (p / ".git").exists()), None)
+    repo = next((p for p in parents if _exists(p / ".git")), None)
     if repo is None:
         return []
     chain: list[_Ignore] = []
@@ -95,14 +131,21 @@ def _spec(patterns: Iterable[str]) -> GitIgnoreSpec | None:
 
 
 def find_files(root: Path, *, include: Iterable[str] = (), exclude: Iterable[str] = ()) -> WalkResult:
-    """Indexable files under `root`, sorted by path; `include`/`exclude` are gitignore-style globs."""
+    """Indexable files under `root`, sorted by path; `include`/`exclude` are gitignore-style globs.
+
+    A file matching an `include` glob is indexed whatever its extension (as text when
+    unknown) and is never skipped as data, generated or vendored.
+    """
     root = root.resolve()
     only, never = _spec(include), _spec(exclude)
     result = WalkResult()
+    if root.is_file():
+        _consider_file(root, root.name, (), only, never, result, explicit=True)
+        return result
     stack: list[tuple[Path, str, tuple[_Ignore, ...]]] = [(root, "", tuple(_outer_ignores(root)))]
     while stack:
         folder, prefix, chain = stack.pop()
-        if (folder / ".gitignore").is_file():
+        if _exists(folder / ".gitignore", is_file=True):
             spec = _read_spec(folder / ".gitignore")
             if spec is not None:
                 chain = (*chain, _Ignore(spec, len(prefix), ""))
@@ -114,39 +157,61 @@ def find_files(root: Path, *, include: Iterable[str] = (), exclude: Iterable[str
         subfolders = []
         for entry in entries:
             rel = prefix + entry.name
-            if entry.is_symlink():
+            try:
+                if entry.is_symlink():
+                    continue
+                is_dir, is_file = entry.is_dir(), entry.is_file()
+            except OSError as exc:
+                result.skipped.append(Skipped(shown(rel), f"cannot read: {exc.strerror or exc}"))
                 continue
-            if entry.is_dir():
-                if (entry.name in ALWAYS_SKIP or (Path(entry.path) / "pyvenv.cfg").exists()
+            if is_dir:
+                if (entry.name in ALWAYS_SKIP or _exists(Path(entry.path) / "pyvenv.cfg")
                         or _ignored(chain, rel + "/") or (never and never.match_file(rel + "/"))):
                     continue
+                if entry.name in VENDORED_DIRS and only is None:  # with --include, its globs decide
+                    result.skipped.append(Skipped(shown(rel) + "/", "vendored folder"))
+                    continue
+                if _bad_name(rel):
+                    result.skipped.append(Skipped(shown(rel) + "/", "folder name is not valid UTF-8"))
+                    continue
                 subfolders.append((Path(entry.path), rel + "/", chain))
-            elif entry.is_file():
-                _consider(entry, rel, chain, only, never, result)
+            elif is_file:
+                _consider_file(Path(entry.path), rel, chain, only, never, result)
         stack.extend(reversed(subfolders))
     result.files.sort(key=lambda f: f.rel)
     return result
 
 
-def _consider(entry: os.DirEntry[str], rel: str, chain: Sequence[_Ignore], only: GitIgnoreSpec | None,
-              never: GitIgnoreSpec | None, result: WalkResult) -> None:
-    file_type = classify(entry.name)
-    if file_type is None or _ignored(chain, rel):
+def _consider_file(path: Path, rel: str, chain: Sequence[_Ignore], only: GitIgnoreSpec | None,
+                   never: GitIgnoreSpec | None, result: WalkResult, *, explicit: bool = False) -> None:
+    if _ignored(chain, rel) or (never and never.match_file(rel)):
         return
-    if (only and not only.match_file(rel)) or (never and never.match_file(rel)):
+    chosen = explicit or bool(only and only.match_file(rel))
+    if only and not chosen:
         return
-    if is_generated(entry.name):
-        result.skipped.append(Skipped(rel, "generated or lock file"))
+    reason = None if chosen else generated_reason(path.name)
+    file_type = classify(path.name) or (TEXT if chosen else None)
+    if file_type is None and reason is None:
+        return
+    if _bad_name(rel):
+        result.skipped.append(Skipped(shown(rel), "file name is not valid UTF-8"))
+        return
+    if reason or file_type is None:
+        result.skipped.append(Skipped(rel, reason or "unknown type"))
         return
     try:
-        size = entry.stat().st_size
+        size = path.stat().st_size
     except OSError as exc:
         result.skipped.append(Skipped(rel, f"cannot read: {exc.strerror or exc}"))
         return
     if size > MAX_FILE_BYTES:
         result.skipped.append(Skipped(rel, f"larger than {MAX_FILE_BYTES // 1_000_000} MB"))
         return
-    result.files.append(SourceFile(rel, Path(entry.path), file_type))
+    if not chosen and file_type.language in DATA_LANGUAGES and size > MAX_DATA_BYTES:
+        result.skipped.append(Skipped(
+            rel, f"data file ({file_type.language.upper()}, {size // 1000} kB; --include it to index)"))
+        return
+    result.files.append(SourceFile(rel, path, file_type, chosen))
 
 
 class Unindexable(Exception):
@@ -165,8 +230,10 @@ def load(path: Path) -> Loaded:
     data = path.read_bytes()
     if len(data) > MAX_FILE_BYTES:
         raise Unindexable(f"larger than {MAX_FILE_BYTES // 1_000_000} MB")
-    if b"\x00" in data[:BINARY_SNIFF_BYTES]:
-        raise Unindexable("binary (NUL byte)")
+    nul = data.find(b"\x00")
+    if nul != -1:
+        raise Unindexable("binary (NUL byte)" if nul < BINARY_SNIFF_BYTES
+                          else f"binary (NUL byte at offset {nul})")
     digest = hashlib.sha256(data).hexdigest()
     try:
         return Loaded(data.decode("utf-8-sig"), digest, False)

@@ -10,9 +10,9 @@ transport (bearer token), `server` the assembly. Needs `pip install 'hybridkb[mc
 
 from __future__ import annotations
 
+from ..snippets import snippet
 from .http import BearerTokenMiddleware, check_http_binding, http_app, is_loopback
 from .server import SERVER_NAME, build_server, run_http, run_stdio
-from .tools import snippet
 
 __all__ = [
     "SERVER_NAME", "BearerTokenMiddleware", "build_server", "check_http_binding", "http_app",

@@ -21,10 +21,18 @@ class HitOut(BaseModel):
     corpus: str
     title: str | None
     kind: str | None
-    snippet: str = Field(description="A short window of the text around the matched terms.")
+    snippet: str = Field(description=(
+        "A short window of the text around the matched terms (for a file: the lines around "
+        "the best-matching line)."))
     score: float
     source: str = Field(description="Human-readable source label, e.g. [wiki: Page Title].")
     url: str | None
+    path: str | None = Field(default=None, description=(
+        "For a hit from an indexed file: its path, relative to the indexed folder."))
+    line: int | None = Field(default=None, description=(
+        "The file line that best matches the query (the snippet shows the lines around it)."))
+    start_line: int | None = Field(default=None, description="The hit's first line in its file.")
+    end_line: int | None = Field(default=None, description="The hit's last line in its file.")
 
 
 class SearchOut(BaseModel):

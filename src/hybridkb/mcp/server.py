@@ -11,6 +11,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 
 from ..store import KnowledgeBase
+from ..version import package_version
 from .http import DEFAULT_HTTP_PORT, serve_http
 from .schemas import DESCRIPTIONS
 from .tools import Tools, tool_errors
@@ -23,7 +24,7 @@ def build_server(kb: KnowledgeBase, read_only: bool = False,
     """An MCP server over `kb`; `read_only` drops the write tools, `corpora` limits what it sees."""
     tools = Tools(kb, read_only, corpora)
     server: MCPServer[Any] = MCPServer(
-        SERVER_NAME,
+        SERVER_NAME, version=package_version(),
         instructions=(
             "hybridkb is a searchable knowledge base and memory. Use search/recall before "
             "answering from scratch; use get for full text"

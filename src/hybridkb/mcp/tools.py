@@ -1,4 +1,4 @@
-"""The MCP tool bodies over KnowledgeBase, the error mapping, and text snippets.
+"""The MCP tool bodies over KnowledgeBase, the error mapping, and hit snippets.
 
 Tools return pydantic models (see `schemas`) and never print: on stdio, stdout is
 the protocol. Library errors become tool errors with their message in one place
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
@@ -18,7 +17,8 @@ from mcp.types import CallToolResult, ContentBlock, TextContent
 from pydantic import BaseModel, Field
 
 from ..errors import HybridKBError, InvalidInputError, NotFoundError
-from ..model import Mode, SearchResult, iso
+from ..model import Hit, Mode, SearchResult, iso
+from ..snippets import best_lines, snippet
 from ..store import MEMORY_CORPUS, KnowledgeBase
 from .schemas import (
     MAX_GET_IDS,
@@ -40,49 +40,13 @@ from .schemas import (
 
 SNIPPET_CHARS = 200
 
-# -- snippets (pure) ----------------------------------------------------------------------------
 
-_WORD = re.compile(r"\w+")
-
-
-def snippet(text: str, query: str, width: int = SNIPPET_CHARS) -> str:
-    """A window of about `width` characters of `text` holding the most query terms.
-
-    Whitespace is collapsed; a term matches a word that starts with it
-    (case-insensitive), so "migrat" finds "migration_032". With no match the
-    text's beginning is returned. "…" marks a cut at either end.
-    """
-    flat = " ".join(text.split())
-    if len(flat) <= width:
-        return flat
-    terms = sorted({t for t in _WORD.findall(query.lower()) if len(t) > 1 or t.isdigit()},
-                   key=len, reverse=True)
-    hits: list[tuple[int, str]] = []
-    for match in _WORD.finditer(flat):
-        word = match.group().lower()
-        term = next((t for t in terms if word.startswith(t)), None)
-        if term is not None:
-            hits.append((match.start(), term))
-            if len(hits) >= 500:
-                break
-    lead = width // 4
-    start = 0
-    if hits:
-        best = (-1, -1)
-        for i, (pos, _) in enumerate(hits):
-            covered = [t for p, t in hits[i:] if p < pos + width - lead]
-            key = (len(set(covered)), len(covered))
-            if key > best:
-                best, start = key, max(0, pos - lead)
-    end = min(len(flat), start + width)
-    start = max(0, end - width)
-    if start > 0:
-        space = flat.find(" ", start, start + 20)
-        start = space + 1 if space != -1 else start
-    if end < len(flat):
-        space = flat.rfind(" ", end - 20, end)
-        end = space if space != -1 else end
-    return ("…" if start > 0 else "") + flat[start:end] + ("…" if end < len(flat) else "")
+def hit_snippet(hit: Hit, query: str) -> tuple[str, int | None]:
+    """The lines around the best match for a hit from a file (and that line), else a text window."""
+    if hit.path is not None and hit.start_line is not None:
+        shown = best_lines(hit.text, query, first_line=hit.start_line, max_lines=5, max_width=120)
+        return "\n".join(shown.lines), shown.best
+    return snippet(hit.text, query, SNIPPET_CHARS), None
 
 
 # -- error mapping and result shaping: the one place ---------------------------------------------
@@ -162,9 +126,10 @@ class Tools:
         degraded = result.answered_by not in (mode, "none") or vector_missing
         hits = [
             HitOut(id=h.id, corpus=h.corpus, title=h.title, kind=h.kind,
-                   snippet=snippet(h.text, query), score=round(h.score, 6),
-                   source=h.source_label, url=h.source_url)
+                   snippet=text, score=round(h.score, 6), source=h.source_label, url=h.source_url,
+                   path=h.path, line=line, start_line=h.start_line, end_line=h.end_line)
             for h in result.hits
+            for text, line in [hit_snippet(h, query)]
         ]
         return SearchOut(query=result.query, mode=result.mode, answered_by=result.answered_by,
                          degraded=degraded, notes=list(result.notes), hits=hits)
@@ -195,12 +160,17 @@ class Tools:
         mode: Annotated[Mode, Field(description=(
             "hybrid (default: full text + vectors), fts (exact words and identifiers), "
             "vector (meaning only)."))] = "hybrid",
+        path: Annotated[str | list[str] | None, Field(description=(
+            "Only hits from indexed files matching this glob or under this folder, e.g. "
+            "'src/**/*.py', 'docs/', '*.md' (or a list: any of them)."))] = None,
+        language: Annotated[str | list[str] | None, Field(description=(
+            "Only hits from indexed files of this language: python, markdown, typescript..."))] = None,
     ) -> SearchOut:
         names = self._search_corpora(corpora, None)
         if names == []:
             return self._result(None, query, mode)
         result = self.kb.search(query, mode=mode, limit=limit, corpora=names,
-                                filters=self._filters(filters, kinds=kinds))
+                                filters=self._filters(filters, kinds=kinds, path=path, language=language))
         return self._result(result, query, mode)
 
     def recall(

@@ -36,8 +36,10 @@ try:
     from psycopg.conninfo import conninfo_to_dict
     from psycopg_pool import ConnectionPool, PoolTimeout
 
-    from . import maintenance
+    from . import bulk, fulltext, maintenance
     from . import sql as q
+    from .replicas import Replicas, wal_position
+    from .tables import VectorTables
 except ImportError as _exc:  # the optional extra is not installed
     _IMPORT_ERROR: ImportError | None = _exc
 else:
@@ -60,6 +62,13 @@ _RETRIES = 3  # a write that loses a deadlock or serialization race is run again
 # A phrase of stopwords only becomes an empty tsquery, with a NOTICE per query.
 _QUIET = "SET client_min_messages = warning"
 _LOCK_VECTORS = "hybridkb.vectors"
+# "topk": BM25 through the impact-ordered index (fulltext.py); "exact": score every match.
+BM25_SEARCHES = ("topk", "exact")
+# A filter the planner expects to keep fewer rows than this (and < fulltext.BROAD_SHARE of
+# the store) is selective: full-text search scores every match, vector search scans exactly.
+FILTERED_EXACT_ROWS = 20_000
+COMPACT_MIN_BATCH = 500  # writes of this many items may merge the BM25 index's blocks
+REPLICA_WAIT_S = 1.0  # read-your-writes: how long a replica may take to catch up
 
 
 def _require_driver() -> None:
@@ -79,6 +88,9 @@ class PostgresBackend:
     def __init__(
         self, url: str, *, bm25_weights: tuple[float, float] = DEFAULT_BM25_WEIGHTS,
         ranking: str = "bm25", ts_normalization: int = 0, hnsw_min_rows: int = HNSW_MIN_ROWS,
+        bm25_search: str = "topk", filtered_exact_rows: int = FILTERED_EXACT_ROWS,
+        replicas: Sequence[str] = (), read_your_writes: bool = False,
+        replica_wait: float = REPLICA_WAIT_S,
         pool_min_size: int = 1, pool_max_size: int = 8,
         connect_timeout: float = CONNECT_TIMEOUT_S,
     ) -> None:
@@ -91,6 +103,11 @@ class PostgresBackend:
         self._secret_url = url  # only to scrub a driver message that might echo a password
         self.bm25_weights = (float(bm25_weights[0]), float(bm25_weights[1]))
         self.ranking = ranking
+        if bm25_search not in BM25_SEARCHES:
+            raise InvalidInputError(
+                f"unknown bm25_search {bm25_search!r}; use one of {', '.join(BM25_SEARCHES)}")
+        self.bm25_search = bm25_search
+        self.filtered_exact_rows = int(filtered_exact_rows)
         self.ts_normalization = int(ts_normalization)
         self.hnsw_min_rows = int(hnsw_min_rows)
         try:
@@ -119,6 +136,12 @@ class PostgresBackend:
             raise BackendUnavailableError(
                 f"cannot open a connection pool to PostgreSQL at {self.url}: {self._scrub(str(exc))}"
             ) from None
+        if isinstance(replicas, str):
+            raise InvalidInputError("replicas is a list of postgresql:// URLs, not one string")
+        self._replicas = Replicas(
+            list(replicas), connect_kwargs=self._connect_kwargs, configure=self._configure,
+            timeout=connect_timeout, max_size=max(1, pool_max_size),
+            read_your_writes=read_your_writes, wait=replica_wait) if replicas else None
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -195,9 +218,21 @@ class PostgresBackend:
         return self._run(lambda conn: conn.execute(query, params).fetchall(), write=False)
 
     def _write(self, work: Callable[[Connection[Any]], T]) -> T:
-        return self._run(work, write=True)
+        result = self._run(work, write=True)
+        if self._replicas is not None and self._replicas.read_your_writes:
+            self._replicas.noted_write(self._run(wal_position, write=False))
+        return result
+
+    def _search(self, work: Callable[[Connection[Any]], T]) -> T:
+        """A retrieval: on a replica when there are any (see replicas.py), else here."""
+        if self._replicas is not None:
+            answered, result = self._replicas.run(work)
+            if answered:
+                return result  # type: ignore[return-value]
+        return self._run(work, write=False)
 
     def close(self) -> None:
+        self._replicas.close() if self._replicas is not None else None
         self._pool.close()
 
     # -- metadata -------------------------------------------------------------------------------
@@ -223,7 +258,7 @@ class PostgresBackend:
 
         def work(conn: Connection[Any]) -> None:
             self._lock(conn, _LOCK_VECTORS)  # two stores opening at once create it once
-            if records.ensure_vector_table(_Tables(conn), dim) and self.hnsw_min_rows <= 0:
+            if records.ensure_vector_table(VectorTables(conn), dim) and self.hnsw_min_rows <= 0:
                 self._build_hnsw(conn, dim)
 
         self._write(work)
@@ -233,7 +268,7 @@ class PostgresBackend:
     def begin_reembed(self, model_id: str, dim: int) -> None:
         def work(conn: Connection[Any]) -> None:
             self._lock(conn, _LOCK_VECTORS)
-            records.begin_reembed(_Tables(conn), model_id, dim)
+            records.begin_reembed(VectorTables(conn), model_id, dim)
 
         self._write(work)
 
@@ -247,7 +282,7 @@ class PostgresBackend:
         self, ids: Sequence[str], vectors: Sequence[Vector], content_hashes: Sequence[str],
     ) -> None:
         def work(conn: Connection[Any]) -> None:
-            recorded = _Tables(conn).meta([META_PENDING_VECTOR_DIM]).get(META_PENDING_VECTOR_DIM)
+            recorded = VectorTables(conn).meta([META_PENDING_VECTOR_DIM]).get(META_PENDING_VECTOR_DIM)
             dim = records.pending_dim(recorded)
             codec.check_dims(zip(ids, vectors, strict=True), dim, holder="the new model has")
             conn.execute(q.UPSERT_PENDING, [
@@ -260,7 +295,7 @@ class PostgresBackend:
         """The HNSW index is built once over the swapped-in vectors."""
         def work(conn: Connection[Any]) -> int:
             self._lock(conn, _LOCK_VECTORS)
-            moved = records.finish_reembed(_Tables(conn), model_id, dim)
+            moved = records.finish_reembed(VectorTables(conn), model_id, dim)
             if moved >= self.hnsw_min_rows:
                 self._build_hnsw(conn, dim)
             return moved
@@ -270,7 +305,7 @@ class PostgresBackend:
     def cancel_reembed(self) -> None:
         def work(conn: Connection[Any]) -> None:
             self._lock(conn, _LOCK_VECTORS)
-            records.cancel_reembed(_Tables(conn))
+            records.cancel_reembed(VectorTables(conn))
 
         self._write(work)
 
@@ -313,17 +348,30 @@ class PostgresBackend:
             dim, indexed = self._vector_state(conn)
             codec.check_dims(((item.id, vec) for item, vec in with_vectors), dim)
             build = self._prepare_vector_write(conn, dim, indexed, bool(with_vectors))
-            written = {r[1]: (r[0], r[2]) for r in conn.execute(statement, columns)}
+            fresh = not replace and len(items) >= bulk.COPY_MIN_BATCH
+            rows = (bulk.copy_items(conn, columns) if fresh
+                    else conn.execute(statement, columns).fetchall())
+            written = {r[1]: (r[0], r[2]) for r in rows}
             if dim is None:
                 return
             dropped = [rowid for item, vec in zip(items, vectors, strict=True)
                        for rowid, kept in (written[item.id],) if vec is None and kept is None]
             if dropped:
                 conn.execute("DELETE FROM item_vectors WHERE rowid = ANY(%s)", [dropped])
+            if indexed and bulk.rebuild_hnsw_for(conn, len(with_vectors)):
+                self._lock(conn, _LOCK_VECTORS)
+                conn.execute("DROP INDEX IF EXISTS item_vectors_hnsw")
+                build = True
             self._put_vectors(conn, [written[item.id][0] for item, _ in with_vectors],
-                              [vec for _, vec in with_vectors], dim, build)
+                              [vec for _, vec in with_vectors], dim, build, fresh=fresh)
 
         self._write(work)
+        if len(items) >= COMPACT_MIN_BATCH:
+            self._write(fulltext.maybe_compact)
+
+    def optimize(self) -> None:
+        """Merge the BM25 index's blocks now (after a bulk load, for the fastest queries)."""
+        self._write(lambda conn: fulltext.compact(conn))
 
     def _prepare_vector_write(self, conn: Connection[Any], dim: int | None, indexed: bool,
                               any_vectors: bool) -> bool:
@@ -338,8 +386,12 @@ class PostgresBackend:
         return build
 
     def _put_vectors(self, conn: Connection[Any], rowids: Sequence[int], vectors: Sequence[Vector],
-                     dim: int, build: bool) -> None:
-        if rowids:
+                     dim: int, build: bool, *, fresh: bool = False) -> None:
+        """Write vectors (`fresh`: of new rows, by COPY); build the HNSW index if `build`
+        and the store has reached hnsw_min_rows vectors."""
+        if rowids and fresh:
+            bulk.copy_vectors(conn, rowids, codec.to_pg(vectors))
+        elif rowids:
             conn.execute(q.UPSERT_VECTORS, [
                 list(rowids), codec.to_pg(vectors)])
         if build:
@@ -453,13 +505,25 @@ class PostgresBackend:
         statement, params = q.text_search(
             terms, area, limit, ranking=self.ranking, weights=self.bm25_weights,
             normalization=self.ts_normalization)
-        return [(r[0], float(r[1])) for r in self._read(statement, params)]
+        if self.ranking != "bm25" or self.bm25_search != "topk":
+            return [(r[0], float(r[1])) for r in self._search(
+                lambda conn: conn.execute(statement, params).fetchall())]
+
+        def work(conn: Connection[Any]) -> list[Any]:
+            if not area.filters.needs_row_filter or fulltext.keeps_many(conn, area, self.filtered_exact_rows):
+                found = fulltext.search(conn, terms, area, limit, self.bm25_weights)
+                if found is not None:
+                    return found
+            return conn.execute(statement, params).fetchall()
+
+        return [(r[0], float(r[1])) for r in self._search(work)]
 
     def substring_search(self, words: Sequence[str], area: SearchArea, limit: int) -> ScoredIds:
         if not words or limit <= 0:
             return []
         statement, params = q.substring_search(words, area, limit)
-        return [(r[0], float(r[1])) for r in self._read(statement, params)]
+        return [(r[0], float(r[1])) for r in self._search(
+            lambda conn: conn.execute(statement, params).fetchall())]
 
     def vector_search(self, vector: Vector, area: SearchArea, limit: int) -> ScoredIds:
         if limit <= 0:
@@ -471,8 +535,11 @@ class PostgresBackend:
             query = codec.query(vector, dim)
             if query is None or not np.any(query):  # a zero vector has no cosine
                 return []
-            if not indexed:
-                # A small store: the exact scan is the fast plan, and ties fall as SQLite's.
+            selective = area.filters.needs_row_filter and not fulltext.keeps_many(
+                conn, area, self.filtered_exact_rows)
+            if not indexed or selective:
+                # A small store, or a filter that keeps few rows: the exact scan is the fast
+                # plan (and exact; ties fall as SQLite's).
                 statement, params = q.vector_search(query, area, limit, exact=True)
                 return conn.execute(statement, params).fetchall()
             rows = self._knn(conn, query, area, limit)
@@ -483,7 +550,7 @@ class PostgresBackend:
                 rows = conn.execute(statement, params).fetchall()
             return rows
 
-        return [(r[0], float(r[1])) for r in self._run(work, write=False)]
+        return [(r[0], float(r[1])) for r in self._search(work)]
 
     @staticmethod
     def _knn(conn: Connection[Any], query: Vector, area: SearchArea, limit: int,
@@ -530,43 +597,3 @@ def open_postgres(url: str, **options: Any) -> PostgresBackend:
     """Open (creating and migrating if needed) the store in the database at `url`."""
     _require_driver()
     return PostgresBackend(url, **options)
-
-
-class _Tables:
-    """records.VectorTables inside one PostgreSQL write transaction."""
-
-    def __init__(self, conn: Connection[Any]) -> None:
-        self.conn = conn
-
-    def meta(self, keys: Sequence[str]) -> dict[str, str]:
-        return dict(self.conn.execute(
-            "SELECT key, value FROM meta WHERE key = ANY(%s)", [list(keys)]).fetchall())
-
-    def set_meta(self, pairs: Sequence[tuple[str, str]]) -> None:
-        self.conn.cursor().executemany(q.SET_META, list(pairs))
-
-    def delete_meta(self, keys: Sequence[str]) -> None:
-        self.conn.execute("DELETE FROM meta WHERE key = ANY(%s)", [list(keys)])
-
-    def create_vector_table(self, dim: int) -> None:
-        self.conn.execute(q.create_vector_table(dim))
-
-    def replace_vector_table(self, dim: int) -> None:
-        self.conn.execute("DROP TABLE IF EXISTS item_vectors")
-        self.conn.execute(q.create_vector_table(dim))
-
-    def has_pending_table(self) -> bool:
-        row = self.conn.execute("SELECT to_regclass('item_vectors_pending') IS NOT NULL").fetchone()
-        return row == (True,)
-
-    def create_pending_table(self, dim: int) -> None:
-        self.conn.execute(q.create_pending_table(dim))
-
-    def drop_pending_table(self) -> None:
-        self.conn.execute("DROP TABLE IF EXISTS item_vectors_pending")
-
-    def move_pending_vectors(self) -> int:
-        moved = self.conn.execute(q.MOVE_PENDING).rowcount
-        self.conn.execute(q.UNMARK_NOT_PENDING)
-        self.conn.execute(q.MARK_PENDING)
-        return int(moved)

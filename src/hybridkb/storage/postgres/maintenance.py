@@ -1,7 +1,8 @@
 """Checking and repairing one PostgreSQL store: what derives from the items must agree with them.
 
 Items and their tsvectors cannot disagree (a generated column); what can is the per-corpus
-BM25 statistics kept by triggers, the vectors' `embedded_hash` bookkeeping and the HNSW
+BM25 statistics and the impact-ordered BM25 index (migration 003) kept by triggers, the
+vectors' `embedded_hash` bookkeeping and the HNSW
 index. `repair` rebuilds those from the items inside the caller's write transaction.
 """
 
@@ -26,6 +27,10 @@ def integrity_problems(conn: Connection[Any], dim: int | None, indexed: bool, *,
         f"{n_stats} and {length_stats}"
         for corpus, n, n_stats, length, length_stats in conn.execute(q.STATS_CHECK)
         if (n, length) != (n_stats, length_stats)]
+    row = conn.execute(q.BM25_CHECK).fetchone()
+    if row is not None and not row[0] == row[1] == row[2]:
+        problems.append(f"the BM25 index holds {row[1]} postings (its counts say {row[2]}) "
+                        f"for {row[0]} (lexeme, item) pairs")
     if dim is None:
         return problems
     for label, check in q.VECTOR_CHECKS:
@@ -53,6 +58,12 @@ def repair(conn: Connection[Any], dim: int | None, problems: Sequence[str],
         conn.execute("INSERT INTO corpus_stats (corpus, shard, n_docs, total_len) "
                      "SELECT corpus, 0, count(*), coalesce(sum(length(tsv)), 0) FROM items GROUP BY corpus")
         done.append("recomputed the BM25 corpus statistics from the items")
+    if "BM25 index holds" in text:
+        conn.execute("LOCK TABLE items IN SHARE MODE")
+        conn.execute("DELETE FROM bm25_blocks")
+        conn.execute("DELETE FROM bm25_buckets")
+        conn.execute("DO $$ BEGIN EXECUTE hybridkb_bm25_sql('add', 'items'); END $$")
+        done.append("rebuilt the BM25 index from the items")
     if dim is None:
         return done
     if "vector" in text:

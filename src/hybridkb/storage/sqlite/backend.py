@@ -1,7 +1,7 @@
 """The embedded dialect: one SQLite file, the system of record, with derived indexes beside it.
 
 Items and their vectors (a sqlite-vec `vec0` table) are written in one transaction;
-triggers number every committed write in the `changes` log (migration 003). BM25 runs
+triggers number every committed write in the `changes` log (migration 004). BM25 runs
 on a tantivy index in `<file>.idx/text/` that catches up from that log before each
 search, and vectors on a memory-mapped base generation (an HNSW graph past a size) plus
 an exact delta of later writes, in `<file>.idx/vectors/` (storage/indexes/). What both
@@ -72,6 +72,8 @@ _DIALECT = records.FilterDialect(
     one_of=lambda column, values: (f"{column} IN ({_marks(len(values))})", list(values)),
     is_false=lambda column: f"{column} = 0",
     metadata_in=_metadata_in,
+    # REGEXP is the Python function driver.connect registers on every connection
+    path_matches=lambda alias, regex: (f"json_extract({alias}.metadata, '$.path') REGEXP ?", [regex]),
 )
 
 
@@ -455,8 +457,11 @@ class SQLiteBackend:
         return out
 
     def ids_missing_vectors(self, limit: int) -> list[str]:
+        # The partial index holds just the queue; without statistics the planner would scan
+        # every item in rowid order instead (every search asks whether the queue is empty).
         return [r[0] for r in self._read(
-            "SELECT id FROM items WHERE embedded_hash IS NULL OR embedded_hash != content_hash "
+            "SELECT id FROM items INDEXED BY items_unembedded "
+            "WHERE embedded_hash IS NULL OR embedded_hash != content_hash "
             "ORDER BY rowid LIMIT ?", (limit,))]
 
     # -- retrieval ------------------------------------------------------------------------------

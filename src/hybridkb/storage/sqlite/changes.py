@@ -1,6 +1,6 @@
 """The SQLite side of the derived indexes: the change log and the items read as documents.
 
-The `changes` table (migration 003) is filled by triggers in the same transaction as the
+The `changes` table (migration 004) is filled by triggers in the same transaction as the
 write, so a committed write always has its sequence number and a rolled-back one never
 does. This module only reads it (and prunes what every index has passed).
 """

@@ -6,6 +6,8 @@ drop-in sqlite3 with extension loading (pyenv builds lack it).
 
 from __future__ import annotations
 
+import functools
+import re
 import sqlite3 as _stdlib
 from types import ModuleType
 from typing import Any
@@ -55,13 +57,26 @@ def connect(path: str, *, timeout: float) -> Any:
     except Exception as exc:
         conn.close()
         raise BackendUnavailableError(f"cannot load the sqlite-vec extension: {exc}") from exc
-    # What the FTS5 index of migration 002 read (003 drops it for tantivy): CJK runs as bigrams.
+    conn.create_function("regexp", 2, _regexp, deterministic=True)
+    # What the FTS5 index of migration 002 read (004 drops it for tantivy): CJK runs as bigrams.
     conn.create_function("hybridkb_fts", 1, _fts_text, deterministic=True)
     return conn
 
 
 def _fts_text(value: object) -> object:
     return textquery.cjk_expand(value) if isinstance(value, str) else value
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+def _regexp(pattern: str | None, value: object) -> bool:
+    """SQLite's `value REGEXP pattern` (path filters): a Python regex search."""
+    if not isinstance(pattern, str) or not isinstance(value, str):
+        return False
+    return _compiled(pattern).search(value) is not None
 
 
 def errors() -> tuple[type[Exception], type[Exception]]:

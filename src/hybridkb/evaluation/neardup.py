@@ -1,0 +1,75 @@
+"""A near-duplicate stress variant of a dataset: relevant documents get close copies.
+
+Near-duplicate collapse is meant for the same content stored twice; it must never merge
+two different answers that happen to share most of their words (debate arguments,
+revisions of one page, templated tickets). This variant tests that on any BEIR set.
+For the relevant documents of every judged query it adds one copy with a few words
+changed, alternating between two kinds:
+
+- a *decoy*: not relevant (a near-copy that answers nothing; a collapse that keeps it
+  and drops the original loses the answer);
+- a *sibling*: relevant to the same query with the same grade (a distinct answer worded
+  almost like the first; a collapse that merges the two loses one of them).
+
+Deterministic: word positions and replacement words come from a seeded generator.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from .beir import Dataset, Document
+
+CHANGED_SHARE = 0.04  # share of a copy's words replaced ("a few words changed")
+MIN_CHANGED = 2
+
+
+def _vocabulary(docs: list[Document], rng: random.Random, size: int = 5000) -> list[str]:
+    words: list[str] = []
+    for doc in rng.sample(docs, min(len(docs), 400)):
+        words.extend(w for w in doc.text.split() if w.isalpha() and len(w) > 3)
+    return sorted(set(words))[:size] or ["other"]
+
+
+def near_copy(text: str, rng: random.Random, vocabulary: list[str]) -> str:
+    """`text` with CHANGED_SHARE of its words (at least MIN_CHANGED) replaced by other words."""
+    words = text.split()
+    if not words:
+        return text
+    n = min(len(words), max(MIN_CHANGED, round(CHANGED_SHARE * len(words))))
+    for pos in rng.sample(range(len(words)), n):
+        words[pos] = rng.choice(vocabulary)
+    return " ".join(words)
+
+
+def with_near_duplicates(data: Dataset, seed: int = 14) -> Dataset:
+    """`data` with a decoy or a sibling added for each relevant document (alternating).
+
+    Added documents come after the originals (so cached embeddings of the originals stay
+    valid; `Dataset.generated` counts them) and their ids end in `~decoy` / `~sibling`.
+    """
+    rng = random.Random(seed)
+    by_id = {d.id: d for d in data.corpus}
+    vocabulary = _vocabulary(data.corpus, rng)
+    added: list[Document] = []
+    qrels = {q: dict(judged) for q, judged in data.qrels.items()}
+    made: dict[str, str] = {}  # original id -> the copy's id (one copy per document)
+    turn = 0
+    for qid, judged in data.qrels.items():
+        for doc_id, grade in sorted(judged.items()):
+            if grade <= 0 or doc_id not in by_id:
+                continue
+            if doc_id not in made:
+                kind = "decoy" if turn % 2 == 0 else "sibling"
+                turn += 1
+                src = by_id[doc_id]
+                copy_id = f"{doc_id}~{kind}"
+                added.append(Document(copy_id, src.title, near_copy(src.text, rng, vocabulary),
+                                      dict(src.metadata)))
+                made[doc_id] = copy_id
+            copy_id = made[doc_id]
+            if copy_id.endswith("~sibling"):
+                qrels[qid][copy_id] = grade
+    return replace(data, name=f"{data.name}+neardup", corpus=[*data.corpus, *added], qrels=qrels,
+                   generated=data.generated + len(added))

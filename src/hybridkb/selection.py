@@ -1,0 +1,53 @@
+"""Which corpora and items a call means: `corpus=` vs `corpora=`, and a filter tested on one item. Pure.
+
+`item_matches` answers in Python what the backends' filter SQL answers in the
+query (kinds, scope, repo, namespace, metadata equality, time ranges, expiry,
+staleness), for walks over items such as `KnowledgeBase.iter_items`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .errors import InvalidInputError
+from .model import Filters, Item
+
+
+def pick_corpora(corpus: str | None, corpora: Sequence[str] | str | None) -> Sequence[str] | str | None:
+    """`corpus="x"` (one) or `corpora=[...]` (several); both at once is an error."""
+    if corpus is not None and corpora is not None:
+        raise InvalidInputError("give either corpus= (one corpus) or corpora= (several), not both")
+    if corpus is not None:
+        if not isinstance(corpus, str):
+            raise InvalidInputError(f"corpus= takes one name (a string); for several use corpora=: "
+                                    f"{corpus!r:.80}")
+        return [corpus]
+    return corpora
+
+
+def _metadata_equal(stored: object, wanted: object) -> bool:
+    if isinstance(stored, bool) or isinstance(wanted, bool):  # JSON true is not the number 1 here
+        return isinstance(stored, bool) and isinstance(wanted, bool) and stored == wanted
+    return stored == wanted and type(stored) is not list and type(stored) is not dict
+
+
+def item_matches(item: Item, filters: Filters, now: float) -> bool:
+    """True when `item` passes every condition of `filters` at time `now`."""
+    if not filters.include_expired and item.expires_at is not None and item.expires_at <= now:
+        return False
+    if not filters.include_stale and item.stale:
+        return False
+    for values, value in ((filters.kinds, item.kind), (filters.scope, item.scope),
+                          (filters.repo, item.repo), (filters.namespace, item.namespace)):
+        if values and value not in values:
+            return False
+    for key, wanted in filters.metadata:
+        if key not in item.metadata or not any(_metadata_equal(item.metadata[key], w) for w in wanted):
+            return False
+    for stamp, low, high in ((item.created_at, filters.created_after, filters.created_before),
+                             (item.updated_at, filters.updated_after, filters.updated_before)):
+        if low is not None and (stamp is None or stamp < low):
+            return False
+        if high is not None and (stamp is None or stamp >= high):
+            return False
+    return True

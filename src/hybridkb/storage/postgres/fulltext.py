@@ -1,0 +1,308 @@
+"""Top-k BM25 on PostgreSQL through the impact-ordered index (migration 002, topk.py).
+
+A query costs a handful of round trips: one for the terms, their buckets and the corpus
+statistics; one per round of bucket reads (the first round usually suffices); one to
+check the filters of the documents near the top; one to score the last candidates
+exactly. Scores equal sql.text_search's (same statistics: N, average length and df of
+the corpora searched), so the two paths are interchangeable; sql.py's one statement
+remains the path for filters that keep few rows (the index would read many postings of
+documents the filter then drops) and for queries made only of phrases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from psycopg import sql
+
+from ..contract import ScoredIds, SearchArea
+from . import sql as q
+from . import topk
+
+if TYPE_CHECKING:
+    from psycopg import Connection
+
+COMPACT_MIN_ITEMS = 5_000  # no merging below this many items
+META_COMPACTED = "pg_bm25_compacted_items"  # items in the store at the last merge
+_LOCK_COMPACT = "hybridkb.bm25_compact"
+BROAD_SHARE = 0.2  # a filter keeping this share of the store is broad, whatever its rows
+FIRST_BUDGET = 4000  # postings read in the first round (at least 8 per wanted result)
+_CHECK_CHUNK = 4  # documents checked against the filters: this many times k at first
+MAX_UNSURE = 64  # candidates left to score one by one before the reads stop
+READ_CAP = 200_000  # postings read before the rest of the candidates are scored one by one
+
+# Each query term: its tsquery, whether it is one lexeme, and its lexemes with the
+# (bucket, count) pairs of the corpora searched; plus N and the average length.
+_TERMS = """
+WITH t AS (
+    SELECT a.ord, phraseto_tsquery('english', a.term) AS q,
+           tsvector_to_array(to_tsvector('english', a.term)) AS lexemes
+    FROM unnest(%s::text[]) WITH ORDINALITY AS a (term, ord)
+), s AS (
+    SELECT coalesce(sum(n_docs), 0)::float8 AS n,
+           greatest(coalesce(sum(total_len)::float8 / nullif(sum(n_docs), 0), 1), 1) AS avgdl
+    FROM corpus_stats WHERE {stats_in_corpora}
+)
+SELECT t.ord, numnode(t.q), l.lexeme, k.bucket, k.n, s.n, s.avgdl
+FROM t CROSS JOIN s CROSS JOIN LATERAL unnest(t.lexemes) AS l (lexeme)
+LEFT JOIN LATERAL (
+    SELECT b.bucket, sum(b.n)::bigint AS n FROM bm25_buckets b
+    WHERE b.lexeme = l.lexeme AND {buckets_in_corpora}
+    GROUP BY b.bucket HAVING sum(b.n) > 0
+) AS k ON true
+WHERE numnode(t.q) > 0
+"""
+_PHRASE_DF = "SELECT count(*) FROM items i WHERE {in_corpora} AND i.tsv @@ phraseto_tsquery('english', %s)"
+# The weights of the postings read, per term (slot), as binary arrays (numpy reads them).
+_READ = """
+SELECT r.slot, array_send(array_agg(x.rowid)), array_send(array_agg(
+    r.idf * x.tf * ({k1} + 1) / (x.tf + {k1} * (1 - {b} + {b} * x.dl / %s::float8))))
+FROM unnest(%s::text[], %s::int[], %s::int[], %s::float8[]) AS r (lexeme, bucket, slot, idf)
+JOIN bm25_blocks b ON b.lexeme = r.lexeme AND b.bucket = r.bucket
+CROSS JOIN LATERAL (
+    SELECT e.rowid, %s::float8 * e.nt + %s::float8 * e.nb AS tf, e.dl
+    FROM unnest(b.rowids, b.nt, b.nb, b.dl) AS e (rowid, nt, nb, dl)) AS x
+WHERE {in_corpora} AND b.rowids IS NOT NULL
+GROUP BY r.slot
+"""
+# Items that no search may return (expired, stale), found through partial indexes.
+_EXCLUDED = """
+SELECT array_send(coalesce(array_agg(i.rowid), '{{}}'::bigint[])) FROM items i
+WHERE {in_corpora} AND ({excluded})
+"""
+_CHECK = "SELECT i.rowid, i.id, {ok} FROM items i WHERE i.rowid = ANY(%s)"
+# Exact term counts of candidates, as sql.text_search computes them.
+_SCORE = """
+WITH t AS MATERIALIZED (
+    SELECT u.slot, u.q,
+           ARRAY(SELECT x FROM unnest(string_to_array(u.term, ' ')) AS w,
+                 plainto_tsquery('english', w) AS x WHERE numnode(x) > 0) AS lq
+    FROM (SELECT a.slot, a.term, phraseto_tsquery('english', a.term) AS q
+          FROM unnest(%s::text[], %s::int[]) AS a (term, slot)) AS u
+)
+SELECT m.rowid, length(m.tsv), t.slot, {n}, {n_title}
+FROM (SELECT i.rowid, i.tsv || ''::tsvector AS tsv FROM items i WHERE i.rowid = ANY(%s)) AS m
+JOIN t ON m.tsv @@ t.q
+"""
+
+
+def _fmt(template: str, area: SearchArea, alias: str, **parts: sql.Composable,
+         ) -> tuple[sql.Composed, list[Any]]:
+    clause, params = q._in_corpora(f"{alias}.corpus", area.corpora)
+    return sql.SQL(template).format(in_corpora=clause, **parts), params
+
+
+def _array(data: bytes | None, kind: str) -> Any:
+    """A one-dimensional binary array without NULLs (array_send) as a numpy array."""
+    if not data or len(data) < 20:
+        return np.zeros(0, dtype=np.int64 if kind == "i" else np.float64)
+    dtype = np.dtype([("len", ">i4"), ("v", ">i8" if kind == "i" else ">f8")])
+    return np.frombuffer(data, dtype=dtype, offset=20)["v"].astype(
+        np.int64 if kind == "i" else np.float64)
+
+
+def maybe_compact(conn: Connection[Any]) -> None:
+    """Merge the BM25 index's blocks once the store has doubled since the last merge
+    (each write statement adds small blocks; a query reads every block of a bucket)."""
+    row = conn.execute(q.COMPACT_STATE, [META_COMPACTED]).fetchone()
+    n, done = (int(row[0]), int(row[1])) if row else (0, 0)
+    if n >= COMPACT_MIN_ITEMS and n >= 2 * done:
+        compact(conn)
+
+
+def compact(conn: Connection[Any]) -> None:
+    """Merge the blocks of every (lexeme, corpus, bucket) (migration 002), in the caller's
+    transaction; concurrent merges take turns."""
+    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [_LOCK_COMPACT])
+    row = conn.execute(q.COMPACT_STATE, [META_COMPACTED]).fetchone()
+    conn.execute("SELECT hybridkb_bm25_compact()")
+    conn.execute(q.SET_META, [META_COMPACTED, str(int(row[0]) if row else 0)])
+
+
+def keeps_many(conn: Connection[Any], area: SearchArea, min_rows: int) -> bool:
+    """Whether the planner expects the filters to keep at least `min_rows` rows or
+    BROAD_SHARE of the store (0: always): else full-text search scores every match and
+    vector search scans the filtered rows exactly."""
+    if min_rows <= 0:
+        return True
+    where, params = q.filter_sql(area)
+    plan = conn.execute(
+        sql.SQL("EXPLAIN (FORMAT JSON) SELECT 1 FROM items i WHERE {}").format(where),
+        params).fetchone()
+    rows = float(plan[0][0]["Plan"]["Plan Rows"]) if plan else 0.0
+    total = conn.execute("SELECT coalesce(sum(n_docs), 0) FROM corpus_stats").fetchone()
+    share = rows / max(1.0, float(total[0]) if total else 1.0)
+    return rows >= min_rows or share >= BROAD_SHARE
+
+
+def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit: int,
+           weights: tuple[float, float]) -> ScoredIds | None:
+    """The exact BM25 top `limit` over the OR of `terms`, or None when this query is
+    better answered by scoring every match (sql.text_search)."""
+    stats_in, stats_params = q._in_corpora("corpus", area.corpora)
+    buckets_in, buckets_params = q._in_corpora("b.corpus", area.corpora)
+    rows = conn.execute(sql.SQL(_TERMS).format(
+        stats_in_corpora=stats_in, buckets_in_corpora=buckets_in),
+        [list(terms), *stats_params, *buckets_params]).fetchall()
+    if not rows:
+        return []
+    n_docs, avgdl = float(rows[0][5]), float(rows[0][6])
+    by_term: dict[int, dict[str, list[tuple[int, int]]]] = {}
+    single: dict[int, bool] = {}
+    for ord_, nodes, lexeme, bucket, count, _n, _a in rows:
+        by_term.setdefault(ord_, {}).setdefault(lexeme, [])
+        single[ord_] = nodes == 1
+        if bucket is not None:
+            by_term[ord_][lexeme].append((int(bucket), int(count)))
+    plans: list[topk.TermPlan] = []
+    for ord_, lexemes in sorted(by_term.items()):
+        dfs = {lx: sum(c for _, c in bs) for lx, bs in lexemes.items()}
+        proxy = min(dfs, key=lambda lx: (dfs[lx], lx))
+        if dfs[proxy] == 0:
+            continue  # no document holds it
+        if single[ord_]:
+            df = dfs[proxy]
+        else:
+            statement, params = _fmt(_PHRASE_DF, area, "i")
+            row = conn.execute(statement, [*params, terms[ord_ - 1]]).fetchone()
+            df = int(row[0]) if row else 0
+            if df == 0:
+                continue
+        buckets = np.array([b for b, _ in lexemes[proxy]], dtype=np.int64)
+        counts = np.array([c for _, c in lexemes[proxy]], dtype=np.int64)
+        plans.append(topk.plan_term(ord_, proxy, single[ord_], topk.idf(n_docs, df), buckets,
+                                    counts, weights, avgdl))
+    if not plans:
+        return []
+    if not any(p.exact for p in plans):
+        return None
+    return _Run(conn, terms, plans, area, limit, weights, avgdl).run()
+
+
+class _Run:
+    """One top-k query: reads buckets until the k-th lower bound beats every unseen doc."""
+
+    def __init__(self, conn: Connection[Any], terms: Sequence[str], plans: list[topk.TermPlan],
+                 area: SearchArea, limit: int, weights: tuple[float, float], avgdl: float) -> None:
+        self.conn, self.terms, self.plans, self.area = conn, terms, plans, area
+        self.limit, self.weights, self.avgdl = limit, weights, avgdl
+        self.seen = topk.Seen(len(plans))
+        self.exact = np.array([p.exact for p in plans], dtype=bool)
+        self.checked: dict[int, tuple[str, bool]] = {}  # rowid -> (id, passes the filters)
+        ok, self.ok_params = q.filter_sql(area, corpus=False)
+        self.check_sql = sql.SQL(_CHECK).format(ok=sql.SQL("({})").format(ok))
+        self.read_sql, self.read_params = _fmt(
+            _READ, area, "b", k1=sql.Literal(topk.K1), b=sql.Literal(topk.B))
+        self.excluded: Any = None  # rowids no search may return, when that set is known
+        if not area.filters.needs_row_filter:
+            self.excluded = self._excluded()
+
+    def _excluded(self) -> Any:
+        f = self.area.filters
+        parts, params = [], []
+        if not f.include_expired:
+            parts.append("(i.expires_at IS NOT NULL AND i.expires_at <= %s)")
+            params.append(self.area.now)
+        if not f.include_stale:
+            parts.append("i.stale")
+        if not parts:
+            return np.zeros(0, dtype=np.int64)
+        statement, corpus_params = _fmt(_EXCLUDED, self.area, "i",
+                                        excluded=sql.SQL(" OR ".join(parts)))
+        row = self.conn.execute(statement, [*corpus_params, *params]).fetchone()
+        return _array(row[0] if row else None, "i")
+
+    def run(self) -> ScoredIds:
+        budget = max(FIRST_BUDGET, 8 * self.limit)
+        read = 0
+        while True:
+            read += self._read(topk.next_reads(self.plans, budget))
+            budget *= 4
+            unread = np.array([p.unread_bound for p in self.plans])
+            docs, lower, upper, known = self.seen.bounds(unread, self.exact)
+            passing, possible = self._passing(docs, lower)
+            theta = topk.threshold(lower, passing, self.limit)
+            if float(unread.sum()) < theta or not unread.any():
+                cands = possible & (upper >= theta)
+                unsure = int((cands & ~known).sum())
+                # Reading on is cheaper than scoring many documents one by one.
+                if unsure <= MAX_UNSURE or not unread.any() or read > READ_CAP:
+                    return self._finish(docs[cands], lower[cands], known[cands])
+
+    def _read(self, reads: list[tuple[topk.TermPlan, int]]) -> int:
+        if not reads:
+            return 0
+        slot_of = {id(p): i for i, p in enumerate(self.plans)}
+        rows = self.conn.execute(self.read_sql, [
+            self.avgdl, [p.lexeme for p, _ in reads], [b for _, b in reads],
+            [slot_of[id(p)] for p, _ in reads], [p.idf for p, _ in reads],
+            *self.weights, *self.read_params]).fetchall()
+        n = 0
+        for slot, rowids, weights in rows:
+            ids = _array(rowids, "i")
+            self.seen.add(slot, ids, _array(weights, "f"), self.plans[slot].exact)
+            n += len(ids)
+        return n
+
+    def _passing(self, docs: topk.Ints, lower: topk.Floats) -> tuple[Any, Any]:
+        """Which documents seen pass the filters for sure, and which may: all but the
+        excluded set when it is known; else checked row by row from the best lower bound
+        down until k pass (the unchecked ones may pass, and are checked if they become
+        candidates)."""
+        if self.excluded is not None:
+            passing = ~np.isin(docs, self.excluded)
+            return passing, passing
+        order = np.argsort(-lower, kind="stable")
+        want = _CHECK_CHUNK * self.limit
+        while True:
+            self._check(docs[order[:want]])
+            if want >= len(order):
+                break
+            if sum(self.checked[int(r)][1] for r in docs[order[:want]]) >= self.limit:
+                break
+            want *= 2
+        passing = np.zeros(len(docs), dtype=bool)
+        possible = np.ones(len(docs), dtype=bool)
+        top = order[:want]
+        passing[top] = possible[top] = [self.checked[int(r)][1] for r in docs[top]]
+        return passing, possible
+
+    def _check(self, rowids: Sequence[int] | topk.Ints) -> None:
+        todo = [int(r) for r in rowids if int(r) not in self.checked]
+        if todo:
+            for rowid, item_id, ok in self.conn.execute(self.check_sql, [*self.ok_params, todo]):
+                self.checked[int(rowid)] = (item_id, bool(ok))
+            for r in todo:  # gone (cannot happen within one snapshot; never return it)
+                self.checked.setdefault(r, ("", False))
+
+    def _finish(self, docs: topk.Ints, lower: topk.Floats, known: Any) -> ScoredIds:
+        """Exact scores of the candidates; the best `limit`, ties by id."""
+        scores = dict(zip((int(r) for r in docs), (float(x) for x in lower), strict=True))
+        unsure = [int(r) for r in docs[~known]]
+        if unsure:
+            found = self._score(unsure)
+            for r in unsure:  # seen only through phrase terms, and holding none of them
+                if r not in found:
+                    del scores[r]
+            scores.update(found)
+        self._check(list(scores))
+        ranked = sorted(((self.checked[r][0], s) for r, s in scores.items()
+                         if self.checked[r][1]), key=lambda hit: (-hit[1], hit[0]))
+        return ranked[: self.limit]
+
+    def _score(self, rowids: list[int]) -> dict[int, float]:
+        """Exact BM25 of those of these documents that hold some term."""
+        n = q._term_frequency("{1,1,1,1}")
+        n_title = q._term_frequency("{0,0,0,1}")
+        statement = sql.SQL(_SCORE).format(n=n, n_title=n_title)
+        slots = list(range(len(self.plans)))
+        rows = self.conn.execute(statement, [
+            [self.terms[p.ord - 1] for p in self.plans], slots, rowids]).fetchall()
+        scores: dict[int, float] = {}
+        for rowid, dl, slot, count, title in rows:
+            tf = self.weights[0] * float(title) + self.weights[1] * (float(count) - float(title))
+            scores[int(rowid)] = scores.get(int(rowid), 0.0) + self.plans[slot].idf * float(
+                topk.saturation(np.array([tf]), np.array([float(dl)]), self.avgdl)[0])
+        return scores

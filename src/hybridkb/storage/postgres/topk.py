@@ -1,0 +1,146 @@
+"""Exact top-k BM25 over an impact-ordered index: the bounds and the stopping rule (pure).
+
+The index (migration 002) files each posting under a bucket that is a function of its
+title count, text count and document length class, so every bucket has a best possible
+BM25 weight under the statistics of the moment (highest counts, shortest length of its
+class). A query reads the buckets of its terms best first, a few at a time (no random
+access: "NRA", Fagin, Lotem & Naor 2003, with block-max bounds as in block-max WAND,
+Ding & Suel 2011), and keeps for each document seen a lower bound (the weights read) and
+an upper bound (plus the best unread weight of each term it was not seen in). It stops
+when the k-th best lower bound beats what any unseen document could reach; the documents
+whose upper bound still reaches that threshold are scored exactly, so the answer is the
+exact BM25 top k, the same as scoring every match (up to float rounding).
+
+Phrase terms (several lexemes) are bounded through their rarest lexeme's postings (a
+phrase occurs no more often than any of its words) and always scored exactly at the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+K1 = 1.2
+B = 0.75
+_SLACK = 1e-9  # bounds are compared with this much room for float rounding
+
+# Bucket classes (hybridkb_bucket in migration 002): the largest count in each class.
+_NT_HI = np.array([0, 1, 2, 3, 7, 256], dtype=np.float64)
+_NB_HI = np.array([0, 1, 2, 3, 4, 5, 6, 7, 11, 15, 23, 31, 63, 127, 256], dtype=np.float64)
+
+Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
+
+
+def idf(n_docs: float, df: float) -> float:
+    """FTS5's idf, floored at 1e-6 (as sql.py)."""
+    return max(float(np.log((max(n_docs, df) - df + 0.5) / (df + 0.5))), 1e-6)
+
+
+def saturation(tf: Floats, dl: Floats, avgdl: float) -> Floats:
+    """BM25's term-frequency factor (without idf): rises with tf, falls with length."""
+    return tf * (K1 + 1) / (tf + K1 * (1 - B + B * dl / avgdl))
+
+
+def bucket_bounds(buckets: Ints, weights: tuple[float, float], avgdl: float) -> Floats:
+    """The best saturation any posting in each bucket can have."""
+    dl_class = buckets % 128
+    nb_class = (buckets // 128) % 16
+    nt_class = buckets // (128 * 16)
+    tf = weights[0] * _NT_HI[np.minimum(nt_class, 5)] + weights[1] * _NB_HI[np.minimum(nb_class, 14)]
+    dl_lo = np.maximum(np.exp2(dl_class / 2.0) * (1 - _SLACK), 1.0)
+    bound: Floats = saturation(tf, dl_lo, avgdl) * (1 + _SLACK)
+    return bound
+
+
+@dataclass
+class TermPlan:
+    """One query term: the buckets of the lexeme that bounds it, best first."""
+
+    ord: int
+    lexeme: str
+    exact: bool  # one lexeme: its postings give its weight exactly
+    idf: float
+    buckets: Ints
+    counts: Ints
+    bounds: Floats  # idf * best saturation, descending
+    read: int = 0  # buckets[:read] fetched
+
+    @property
+    def unread_bound(self) -> float:
+        return float(self.bounds[self.read]) if self.read < len(self.bounds) else 0.0
+
+
+def plan_term(ord_: int, lexeme: str, exact: bool, idf_: float, buckets: Ints, counts: Ints,
+              weights: tuple[float, float], avgdl: float) -> TermPlan:
+    bounds = idf_ * bucket_bounds(buckets, weights, avgdl)
+    order = np.argsort(-bounds, kind="stable")
+    return TermPlan(ord_, lexeme, exact, idf_, buckets[order], counts[order], bounds[order])
+
+
+def next_reads(terms: list[TermPlan], budget: int) -> list[tuple[TermPlan, int]]:
+    """The next buckets to read, best bound first over all terms, until about `budget`
+    postings: (term, bucket) pairs; each term advances along its own order."""
+    heads = [(t.unread_bound, i) for i, t in enumerate(terms) if t.read < len(t.buckets)]
+    out: list[tuple[TermPlan, int]] = []
+    taken = 0
+    while heads and taken < budget:
+        _, i = max(heads)
+        t = terms[i]
+        out.append((t, int(t.buckets[t.read])))
+        taken += int(t.counts[t.read])
+        t.read += 1
+        heads = [(t.unread_bound, j) for j, t in enumerate(terms) if t.read < len(t.buckets)]
+    return out
+
+
+@dataclass
+class Seen:
+    """What the reads so far say about each document seen (by rowid)."""
+
+    n_terms: int
+    rowids: list[Ints] = field(default_factory=list)
+    slots: list[Ints] = field(default_factory=list)
+    exact: list[Floats] = field(default_factory=list)  # weight, for exact terms
+    bound: list[Floats] = field(default_factory=list)  # weight bound, for phrase terms
+
+    def add(self, slot: int, rowids: Ints, weight: Floats, exact: bool) -> None:
+        self.rowids.append(rowids)
+        self.slots.append(np.full(len(rowids), slot, dtype=np.int64))
+        zero = np.zeros(len(rowids))
+        self.exact.append(weight if exact else zero)
+        self.bound.append(zero if exact else weight)
+
+    def bounds(self, unread: Floats, exact: npt.NDArray[np.bool_],
+               ) -> tuple[Ints, Floats, Floats, npt.NDArray[np.bool_]]:
+        """(rowids, lower bounds, upper bounds, whether the lower bound is the exact score)
+        of every document seen; `exact[slot]` says which terms are single lexemes."""
+        if not self.rowids:
+            empty = np.zeros(0)
+            return np.zeros(0, dtype=np.int64), empty, empty, np.zeros(0, dtype=bool)
+        rowids = np.concatenate(self.rowids)
+        docs, at = np.unique(rowids, return_inverse=True)
+        lower = np.bincount(at, weights=np.concatenate(self.exact), minlength=len(docs))
+        phrase = np.bincount(at, weights=np.concatenate(self.bound), minlength=len(docs))
+        seen = np.zeros((len(docs), self.n_terms), dtype=bool)
+        seen[at, np.concatenate(self.slots)] = True
+        upper: Floats = (lower + phrase + (~seen).astype(np.float64) @ unread) * (1 + _SLACK)
+        # Exact: seen in every term that has postings left to read, and in no phrase term
+        # (whose weight read is only a bound).
+        known = (seen | (unread == 0)).all(axis=1) & ~(seen & ~exact).any(axis=1)
+        return docs, lower.astype(np.float64), upper, known
+
+
+def threshold(lower: Floats, passing: npt.NDArray[np.bool_], k: int) -> float:
+    """The k-th best lower bound among documents that pass the filters (0 if fewer)."""
+    ok = lower[passing]
+    if len(ok) < k:
+        return 0.0
+    return float(np.partition(ok, len(ok) - k)[len(ok) - k])
+
+
+def unseen_bound(terms: list[TermPlan]) -> float:
+    """The best score a document not seen yet could have."""
+    return sum(t.unread_bound for t in terms)

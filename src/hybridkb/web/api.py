@@ -1,0 +1,183 @@
+"""The REST API: JSON endpoints under /api, each a thin call into `Service`.
+
+Errors have one shape, `{"error": {"type", "message"}}`: bad input 400, read-only
+403, not found 404, a store embedded with another model 409, anything else the
+store refuses 500. The OpenAPI description is served at /api/openapi.json.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..errors import (
+    BackendUnavailableError,
+    EmbedderMismatchError,
+    HybridKBError,
+    InvalidInputError,
+    NotFoundError,
+)
+from .auth import error
+from .openapi import openapi_document
+from .service import ReadOnlyError, Service
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def error_response(exc: HybridKBError) -> JSONResponse:
+    """The one place a library error becomes an HTTP status."""
+    if isinstance(exc, ReadOnlyError):
+        return error(403, "read_only", str(exc))
+    if isinstance(exc, InvalidInputError):
+        return error(400, "invalid_input", str(exc))
+    if isinstance(exc, NotFoundError):
+        return error(404, "not_found", str(exc))
+    if isinstance(exc, EmbedderMismatchError):
+        return error(409, "embedder_mismatch", str(exc))
+    if isinstance(exc, BackendUnavailableError):
+        return error(503, "backend_unavailable", str(exc))
+    return error(500, "store_error", str(exc))
+
+
+async def _call(fn: Callable[..., dict[str, Any]], *args: Any, status: int = 200,
+                **kwargs: Any) -> Response:
+    try:
+        data = await run_in_threadpool(fn, *args, **kwargs)
+    except HybridKBError as exc:
+        return error_response(exc)
+    return JSONResponse(data, status_code=status)
+
+
+async def json_body(request: Request) -> dict[str, Any]:
+    """The request's JSON object; anything else is InvalidInputError."""
+    size = request.headers.get("content-length")
+    too_big = InvalidInputError(f"request body over {MAX_BODY_BYTES} bytes")
+    if size is not None and size.isdigit() and int(size) > MAX_BODY_BYTES:
+        raise too_big
+    chunks, total = [], 0
+    async for chunk in request.stream():  # stop reading at the limit, whatever the client claims
+        total += len(chunk)
+        if total > MAX_BODY_BYTES:
+            raise too_big
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    try:
+        value = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidInputError(f"the body is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise InvalidInputError("the body must be a JSON object")
+    return value
+
+
+def _int(request: Request, name: str, default: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise InvalidInputError(f"{name} must be an integer, not {raw!r:.40}") from exc
+
+
+def _flag(request: Request, name: str) -> bool:
+    return request.query_params.get(name, "").lower() in ("1", "true", "yes", "on")
+
+
+def search_args(request: Request) -> dict[str, Any]:
+    """GET /api/search's query string as Service.search arguments."""
+    params = request.query_params
+    filters = params.get("filters")
+    parsed: Any = None
+    if filters:
+        try:
+            parsed = json.loads(filters)
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(f"filters is not valid JSON: {exc}") from exc
+    return {
+        "query": params.get("q", ""),
+        "corpora": [c for c in params.getlist("corpus") if c] or None,
+        "kinds": [k for k in params.getlist("kind") if k] or None,
+        "path": params.get("path") or None,
+        "filters": parsed,
+        "mode": params.get("mode") or "hybrid",
+        "fusion": params.get("fusion") or None,
+        "limit": _int(request, "limit", 10),
+        "offset": _int(request, "offset", 0),
+        "with_text": _flag(request, "text"),
+    }
+
+
+_SEARCH_BODY = {"query", "corpora", "corpus", "kinds", "path", "filters", "mode", "fusion", "limit",
+                "offset", "text"}
+
+
+def routes(service: Service) -> list[Route]:
+    async def search(request: Request) -> Response:
+        try:
+            if request.method == "POST":
+                body = await json_body(request)
+                unknown = set(body) - _SEARCH_BODY
+                if unknown:
+                    raise InvalidInputError(f"unknown field(s): {', '.join(sorted(unknown))}")
+                if "corpus" in body and "corpora" in body:
+                    raise InvalidInputError("give either corpus (one) or corpora (several), not both")
+                corpora = [body["corpus"]] if isinstance(body.get("corpus"), str) else body.get("corpora")
+                args = {"query": body.get("query"), "corpora": corpora, "kinds": body.get("kinds"),
+                        "path": body.get("path"), "filters": body.get("filters"),
+                        "mode": body.get("mode", "hybrid"), "fusion": body.get("fusion"),
+                        "limit": body.get("limit", 10), "offset": body.get("offset", 0),
+                        "with_text": body.get("text", False) is True}
+            else:
+                args = search_args(request)
+        except HybridKBError as exc:
+            return error_response(exc)
+        return await _call(service.search, **args)
+
+    async def get_item(request: Request) -> Response:
+        return await _call(service.get, request.path_params["item_id"])
+
+    async def delete_item(request: Request) -> Response:
+        return await _call(service.delete, request.path_params["item_id"])
+
+    async def add_item(request: Request) -> Response:
+        try:
+            body = await json_body(request)
+        except HybridKBError as exc:
+            return error_response(exc)
+        return await _call(service.add, body, status=201)
+
+    async def remember(request: Request) -> Response:
+        try:
+            body = await json_body(request)
+        except HybridKBError as exc:
+            return error_response(exc)
+        return await _call(service.remember, body, status=201)
+
+    async def stats(request: Request) -> Response:
+        return await _call(service.stats)
+
+    async def corpora(request: Request) -> Response:
+        return await _call(service.corpora)
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(openapi_document(read_only=service.read_only))
+
+    return [
+        Route("/api/search", search, methods=["GET", "POST"]),
+        Route("/api/items", add_item, methods=["POST"]),
+        Route("/api/items/{item_id:path}", get_item, methods=["GET"]),
+        Route("/api/items/{item_id:path}", delete_item, methods=["DELETE"]),
+        Route("/api/remember", remember, methods=["POST"]),
+        Route("/api/stats", stats, methods=["GET"]),
+        Route("/api/corpora", corpora, methods=["GET"]),
+        Route("/api/openapi.json", openapi, methods=["GET"]),
+    ]

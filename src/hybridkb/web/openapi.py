@@ -1,0 +1,152 @@
+"""The OpenAPI 3.1 description of the REST API, written out by hand (the API is small and stable)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..version import package_version
+from .service import MAX_LIMIT
+
+_ERROR = {"$ref": "#/components/responses/Error"}
+_OBJ: dict[str, Any] = {"type": "object"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+_HIT = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"}, "corpus": {"type": "string"},
+        "title": {"type": ["string", "null"]}, "kind": {"type": ["string", "null"]},
+        "score": {"type": "number", "description": "Final score after fusion and boosts."},
+        "source": {"type": "string", "description": "Source label, e.g. [wiki: Page Title]."},
+        "source_url": {"type": ["string", "null"]},
+        "location": {"type": ["string", "null"], "description": "path:line when the item records them."},
+        "snippet": {"type": "string"},
+        "highlights": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}},
+                       "description": "[start, end) character spans of query terms in the snippet."},
+        "found_by": {"type": "array", "items": {"type": "string"}},
+        "metadata": _OBJ, "created_at": {"type": ["string", "null"]},
+        "text": {"type": "string", "description": "Full text, only with text=true."},
+        "explanation": {"type": "object", "properties": {
+            "retrievers": {"type": "object", "additionalProperties": {"type": "object", "properties": {
+                "rank": {"type": "integer"}, "score": {"type": "number"}}}},
+            "fusion_score": {"type": "number"},
+            "boosts": {"type": "object", "additionalProperties": {"type": "number"}},
+            "final_score": {"type": "number"}}},
+    },
+}
+
+_SEARCH_RESULT = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string"}, "mode": {"type": "string"}, "fusion": {"type": "string"},
+        "answered_by": {"type": "string", "description": "hybrid, fts, vector, substring or none."},
+        "notes": {"type": "array", "items": {"type": "string"}},
+        "hits": {"type": "array", "items": {"$ref": "#/components/schemas/Hit"}},
+    },
+}
+
+_ITEM_IN = {
+    "type": "object", "required": ["text"],
+    "properties": {
+        "text": {"type": "string"}, "id": {"type": "string"}, "corpus": {"type": "string"},
+        "title": {"type": "string"}, "kind": {"type": "string"}, "scope": {"type": "string"},
+        "repo": {"type": "string"}, "namespace": {"type": "string"}, "source_url": {"type": "string"},
+        "metadata": _OBJ, "ttl": {"type": "number", "description": "Expire after this many seconds."},
+        "replace": {"type": "boolean", "description": "Replace an item with the same id."},
+    },
+}
+
+_SEARCH_PARAMS = [
+    {"name": "q", "in": "query", "required": True, "schema": {"type": "string"},
+     "description": "The query: words, identifiers or a question."},
+    {"name": "corpus", "in": "query", "schema": {"type": "array", "items": {"type": "string"}},
+     "style": "form", "explode": True, "description": "Only these corpora (repeat the parameter)."},
+    {"name": "kind", "in": "query", "schema": {"type": "array", "items": {"type": "string"}},
+     "style": "form", "explode": True, "description": "Only items of these kinds."},
+    {"name": "path", "in": "query", "schema": {"type": "string"},
+     "description": "Only items whose metadata.path is this file path."},
+    {"name": "filters", "in": "query", "schema": {"type": "string"},
+     "description": "More filters as a JSON object (scope, repo, namespace, metadata, created_after...)."},
+    {"name": "mode", "in": "query", "schema": {"enum": ["hybrid", "fts", "vector"]}},
+    {"name": "fusion", "in": "query", "schema": {"enum": ["rrf", "convex", "dbsf"]}},
+    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}},
+    {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+    {"name": "text", "in": "query", "schema": {"type": "boolean"}, "description": "Include full text."},
+]
+
+_ID = [{"name": "item_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+
+
+def openapi_document(*, read_only: bool = False) -> dict[str, Any]:
+    """The description served at /api/openapi.json (write endpoints left out when read-only)."""
+    paths: dict[str, Any] = {
+        "/api/search": {
+            "get": {"operationId": "search", "summary": "Hybrid search (BM25 + vectors, fused)",
+                    "parameters": _SEARCH_PARAMS,
+                    "responses": {"200": _json({"$ref": "#/components/schemas/SearchResult"}, "Hits"),
+                                  "400": _ERROR, "401": _ERROR, "404": _ERROR}},
+            "post": {"operationId": "searchPost", "summary": "Search with a JSON body",
+                     "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                         "type": "object", "required": ["query"], "properties": {
+                             "query": {"type": "string"}, "corpus": {"type": "string"},
+                             "corpora": {"type": "array", "items": {"type": "string"}},
+                             "kinds": {"type": "array", "items": {"type": "string"}},
+                             "path": {"type": "string"}, "filters": _OBJ,
+                             "mode": {"type": "string"}, "fusion": {"type": "string"},
+                             "limit": {"type": "integer"}, "offset": {"type": "integer"},
+                             "text": {"type": "boolean"}}}}}},
+                     "responses": {"200": _json({"$ref": "#/components/schemas/SearchResult"}, "Hits"),
+                                   "400": _ERROR, "401": _ERROR, "404": _ERROR}},
+        },
+        "/api/items/{item_id}": {
+            "get": {"operationId": "getItem", "summary": "One item with its full text",
+                    "parameters": _ID,
+                    "responses": {"200": _json(_OBJ, "The item"), "401": _ERROR, "404": _ERROR}},
+        },
+        "/api/stats": {"get": {"operationId": "stats", "summary": "Counts, model, version",
+                               "responses": {"200": _json(_OBJ, "Stats"), "401": _ERROR}}},
+        "/api/corpora": {"get": {"operationId": "corpora", "summary": "Corpora and their item counts",
+                                 "responses": {"200": _json(_OBJ, "Corpora"), "401": _ERROR}}},
+        "/api/openapi.json": {"get": {"operationId": "openapi", "summary": "This description",
+                                      "responses": {"200": _json(_OBJ, "OpenAPI 3.1")}}},
+    }
+    if not read_only:
+        paths["/api/items"] = {"post": {
+            "operationId": "addItem", "summary": "Add (or with replace, upsert) one item",
+            "requestBody": {"required": True, "content": {"application/json": {"schema": _ITEM_IN}}},
+            "responses": {"201": _json(_OBJ, "{id, corpus}"), "400": _ERROR, "401": _ERROR,
+                          "403": _ERROR}}}
+        paths["/api/items/{item_id}"]["delete"] = {
+            "operationId": "deleteItem", "summary": "Delete one item", "parameters": _ID,
+            "responses": {"200": _json(_OBJ, "{id, deleted}"), "401": _ERROR, "403": _ERROR,
+                          "404": _ERROR}}
+        paths["/api/remember"] = {"post": {
+            "operationId": "remember", "summary": "Store a memory (decision, lesson, note...)",
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "required": ["text"], "properties": {
+                    "text": {"type": "string"}, "kind": {"type": "string"},
+                    "scope": {"type": "string"}, "ttl": {"type": "number"}, "metadata": _OBJ,
+                    "corpus": {"type": "string"}, "title": {"type": "string"}}}}}},
+            "responses": {"201": _json(_OBJ, "{id, corpus, expires_at}"), "400": _ERROR,
+                          "401": _ERROR, "403": _ERROR}}}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "hybridkb REST API", "version": package_version(),
+                 "description": "Hybrid search over a hybridkb store. Send `Authorization: Bearer "
+                                "<token>` (the token `hybridkb serve --http` prints)."},
+        "paths": paths,
+        "components": {
+            "schemas": {"Hit": _HIT, "SearchResult": _SEARCH_RESULT},
+            "responses": {"Error": _json({"type": "object", "properties": {"error": {
+                "type": "object", "properties": {"type": {"type": "string"},
+                                                 "message": {"type": "string"}}}}},
+                "An error: {error: {type, message}}")},
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"},
+                                "cookie": {"type": "apiKey", "in": "cookie", "name": "hybridkb_token"}},
+        },
+        "security": [{"bearer": []}, {"cookie": []}],
+    }

@@ -1,0 +1,100 @@
+"""The multi-corpus evaluation and the near-duplicate variant, on small slices of the dev
+sets with the hashing embedder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from test_evaluation import DATA, EMBEDDER, _slice, needs_data
+
+from hybridkb.cli import cli
+from hybridkb.errors import InvalidInputError
+from hybridkb.evaluation import EvalOptions, evaluate, load
+from hybridkb.evaluation.multi import EMPTY_CORPUS, NOTES_CORPUS, evaluate_multi, format_multi
+from hybridkb.evaluation.neardup import with_near_duplicates
+
+pytestmark = needs_data
+
+
+@pytest.fixture(scope="module")
+def sets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("multi")
+    return (_slice(DATA / "scifact", root / "scifact", 20, 150),
+            _slice(DATA / "nfcorpus", root / "nfcorpus", 8, 100))
+
+
+def test_every_corpus_beside_own_corpus(sets: tuple[Path, Path]) -> None:
+    options = EvalOptions(modes=["hybrid"], fusions=["dbsf"], merges=("relevance", "rrf"),
+                          keep_runs=True)
+    report = evaluate_multi(sets, EMBEDDER, options)
+    assert set(report.corpora) == {"beir-scifact", "beir-nfcorpus", NOTES_CORPUS, EMPTY_CORPUS}
+    assert report.datasets["scifact"][1] == 20 and report.datasets["nfcorpus"][1] == 8
+    rows = {(r.dataset, r.spec.merge, r.spec.default): r for r in report.rows}
+    assert len(rows) == 8  # 2 sets x (dbsf row, default row) x 2 merges
+    for name in ("scifact", "nfcorpus"):
+        default = rows[(name, "relevance", True)]
+        # own-corpus hits are the dataset's own ids, prefix removed; every-corpus runs can
+        # hold other corpora's items, which keep their prefix and are never relevant
+        own_ids = {d for ids in (default.own.run or {}).values() for d in ids}
+        assert own_ids and not any(":" in d for d in own_ids)
+        every_ids = {d for ids in (default.every.run or {}).values() for d in ids}
+        assert any(d.startswith(("nfcorpus:", "scifact:", "note-", "scratch-")) for d in every_ids)
+        # the distractors never come first; the other BEIR set (also biomedical) may compete
+        assert not any(ids and ids[0].startswith(("note-", "scratch-"))
+                       for ids in (default.every.run or {}).values())
+        assert default.every.scores["ndcg@10"] >= default.own.scores["ndcg@10"] - 0.1
+        # rank interleaving puts another corpus's first hit second: it must lose more
+        rrf = rows[(name, "rrf", True)]
+        assert rrf.every.scores["ndcg@10"] < default.every.scores["ndcg@10"]
+        assert rrf.own.scores == default.own.scores
+    table = format_multi(report)
+    assert "every nDCG" in table and "rrf" in table and "scifact" in table
+
+
+def test_multi_cli_json(sets: tuple[Path, Path], tmp_path: Path) -> None:
+    out = tmp_path / "multi.json"
+    result = CliRunner().invoke(cli, [
+        "--db", str(tmp_path / "unused.db"), "--embedder", "hashing", "eval",
+        "--dataset", str(sets[0]), "--dataset", str(sets[1]), "--mode", "fts", "--no-cache",
+        "--no-distractors", "--output", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data == json.loads(out.read_text())
+    assert set(data["corpora"]) == {"beir-scifact", "beir-nfcorpus"}
+    row = data["results"][0]
+    assert row["mode"] == "fts" and 0 < row["own_ndcg@10"] <= 1 and 0 < row["every_ndcg@10"] <= 1
+
+
+def test_same_dataset_twice_is_refused(sets: tuple[Path, Path]) -> None:
+    with pytest.raises(InvalidInputError):
+        evaluate_multi([sets[0], sets[0]], None, EvalOptions(modes=["fts"]))
+
+
+def test_near_duplicates_add_decoys_and_judged_siblings(sets: tuple[Path, Path]) -> None:
+    data = load(sets[0])
+    variant = with_near_duplicates(data)
+    added = variant.corpus[len(data.corpus):]
+    assert variant.generated == len(added) > 0
+    relevant = {d for judged in data.qrels.values() for d, g in judged.items() if g > 0}
+    assert len(added) == len(relevant)
+    decoys = [d for d in added if d.id.endswith("~decoy")]
+    siblings = [d for d in added if d.id.endswith("~sibling")]
+    assert decoys and siblings and len(decoys) + len(siblings) == len(added)
+    judged = {d for j in variant.qrels.values() for d in j}
+    assert not any(d.id in judged for d in decoys) and all(d.id in judged for d in siblings)
+    by_id = {d.id: d for d in data.corpus}
+    for doc in added:
+        original = by_id[doc.id.split("~")[0]]
+        a, b = original.text.split(), doc.text.split()
+        assert len(a) == len(b) and 0 < sum(x != y for x, y in zip(a, b, strict=True)) <= max(
+            2, round(0.04 * len(a)))
+    assert with_near_duplicates(data).corpus == variant.corpus  # deterministic
+
+
+def test_near_duplicate_option_in_the_runner(sets: tuple[Path, Path]) -> None:
+    options = EvalOptions(modes=["fts"], near_duplicates=True, default_row=False)
+    report = evaluate(sets[0], None, options)
+    assert report.dataset == "scifact+neardup" and report.n_docs > 170

@@ -1,0 +1,178 @@
+"""PostgreSQL's top-k BM25 (impact-ordered index) returns what scoring every match returns."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+import hybridkb
+from hybridkb import KnowledgeBase
+from hybridkb.model import Filters
+from hybridkb.storage.contract import SearchArea
+from hybridkb.storage.postgres import topk
+from hybridkb.textquery import parse
+
+WORDS = [f"w{i}" for i in range(400)]
+
+
+def _text(rng: random.Random, n: int) -> str:
+    # Zipf-like: a few words are in most documents, most words in few.
+    return " ".join(WORDS[min(int(rng.paretovariate(0.8)) - 1, len(WORDS) - 1)] for _ in range(n))
+
+
+def _items(seed: int, n: int, corpus: str = "c") -> list[dict[str, object]]:
+    rng = random.Random(seed)
+    return [{"id": f"{corpus}{seed}-{i:05d}", "corpus": corpus, "text": _text(rng, rng.randint(3, 80)),
+             "title": _text(rng, rng.randint(1, 4)) if rng.random() < 0.5 else None,
+             "kind": rng.choice(["note", "decision"]), "stale": rng.random() < 0.05}
+            for i in range(n)]
+
+
+@pytest.fixture
+def stores(pg_url: str) -> Iterator[tuple[KnowledgeBase, KnowledgeBase]]:
+    fast = hybridkb.open(pg_url, embedder=None)
+    exact = hybridkb.open(pg_url, embedder=None, bm25_search="exact")
+    yield fast, exact
+    fast.close()
+    exact.close()
+
+
+def _queries(seed: int, n: int) -> list[str]:
+    rng = random.Random(seed)
+    out = [" ".join(rng.choice(WORDS[:60]) for _ in range(rng.randint(1, 12))) for _ in range(n)]
+    out += ["w1 w2", "w0", "w399 w398", "w3-w4 w5", '"w0 w1" w7', "w2 w2 w2", "the of"]
+    return out
+
+
+def _same(fast: KnowledgeBase, exact: KnowledgeBase, area: SearchArea, queries: list[str],
+          limit: int) -> int:
+    """Compare both paths; returns how many queries had results."""
+    nonempty = 0
+    for text in queries:
+        a = exact.backend.text_search(parse(text), area, limit)
+        b = fast.backend.text_search(parse(text), area, limit)
+        assert [s for _, s in b] == pytest.approx([s for _, s in a], rel=1e-9), text
+        # The same documents, except where scores tie (up to the last bit of a float sum,
+        # which the two paths add in different orders) at the cut-off.
+        got, want = dict(b), dict(a)
+        for doc in got.keys() ^ want.keys():
+            assert got.get(doc, want.get(doc)) == pytest.approx(a[-1][1], rel=1e-9), text
+        for doc in got.keys() & want.keys():
+            assert got[doc] == pytest.approx(want[doc], rel=1e-9), text
+        nonempty += bool(a)
+    return nonempty
+
+
+def test_topk_equals_scoring_every_match(stores: tuple[KnowledgeBase, KnowledgeBase],
+                                         pg_url: str) -> None:
+    fast, exact = stores
+    fast.add_many(_items(1, 1500), batch_size=500)
+    fast.add_many(_items(2, 300, corpus="d"), batch_size=100)
+    area = SearchArea(corpora=("c",), filters=Filters(), now=time.time())
+    for limit in (1, 10, 300):
+        assert _same(fast, exact, area, _queries(limit, 25), limit) >= 25
+    both = SearchArea(corpora=("c", "d"), filters=Filters(), now=time.time())
+    assert _same(fast, exact, both, _queries(7, 15), 50) >= 15
+    everywhere = SearchArea(corpora=None, filters=Filters(include_stale=True), now=time.time())
+    assert _same(fast, exact, everywhere, _queries(8, 15), 50) >= 15
+    # Filters beyond expiry/staleness go through the index, checked row by row (forced
+    # here: by default the planner's estimate decides, and a selective one scores every match).
+    forced = hybridkb.open(pg_url, embedder=None, filtered_exact_rows=0)
+    try:
+        for filters in (Filters(kinds=("note",)), Filters(kinds=("decision",), include_stale=True)):
+            area = SearchArea(corpora=("c",), filters=filters, now=time.time())
+            assert _same(forced, exact, area, _queries(9, 15), 20) >= 15
+            assert _same(fast, exact, area, _queries(10, 5), 20) >= 5
+    finally:
+        forced.close()
+
+
+def test_topk_is_the_path_taken_and_reads_less(stores: tuple[KnowledgeBase, KnowledgeBase],
+                                               pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    fast, exact = stores
+    fast.add_many(_items(3, 2000), batch_size=1000)
+    fast.backend.optimize()  # type: ignore[attr-defined]
+    with psycopg.connect(pg_url) as conn:
+        n_blocks, n_keys = conn.execute(
+            "SELECT count(*), count(DISTINCT (lexeme, corpus, bucket)) FROM bm25_blocks").fetchone()
+        rows = conn.execute("SELECT b.bucket, e.nt, e.nb, e.dl FROM bm25_blocks b, "
+                            "unnest(b.nt, b.nb, b.dl) AS e (nt, nb, dl)").fetchall()
+    assert n_blocks == n_keys  # merged: one block per bucket (none holds 8,192 postings)
+    import numpy as np
+
+    bucket, nt, nb, dl = (np.array(c, dtype=np.int64) for c in zip(*rows, strict=True))
+    for avgdl in (3.0, 40.0):  # the server's buckets and topk's bounds agree
+        assert (topk.bucket_bounds(bucket, (2.0, 1.0), avgdl)
+                >= topk.saturation((2.0 * nt + nb).astype(float), dl.astype(float), avgdl)).all()
+    from hybridkb.storage.postgres import fulltext
+
+    area = SearchArea(corpora=("c",), filters=Filters(), now=time.time())
+    reads: list[int] = []
+    original = fulltext._Run._read
+
+    def counting(self: fulltext._Run, wanted: list[tuple[topk.TermPlan, int]]) -> int:
+        got = original(self, wanted)
+        reads.append(got)
+        return got
+
+    monkeypatch.setattr(fulltext._Run, "_read", counting)
+    monkeypatch.setattr(fulltext, "FIRST_BUDGET", 50)  # rounds of at least 8 * limit postings
+    query = parse("w0 w1 w8 w30 w250")
+    hits = fast.backend.text_search(query, area, 10)
+    expected = exact.backend.text_search(query, area, 10)
+    assert [h[0] for h in hits] == [h[0] for h in expected]
+    assert [h[1] for h in hits] == pytest.approx([h[1] for h in expected], rel=1e-9)
+    with psycopg.connect(pg_url) as conn:
+        postings = conn.execute(
+            "SELECT sum(n) FROM bm25_buckets WHERE lexeme IN ('w0', 'w1', 'w8', 'w30', 'w250')"
+        ).fetchone()[0]
+    assert len(hits) == 10 and reads
+    assert sum(reads) < postings / 2  # stopped well before reading every posting
+
+
+def test_writes_keep_the_index_current(stores: tuple[KnowledgeBase, KnowledgeBase],
+                                       pg_url: str) -> None:
+    fast, exact = stores
+    fast.add_many(_items(4, 600), batch_size=200)
+    fast.backend.optimize()  # type: ignore[attr-defined]
+    fast.upsert("w5 w5 w5 brandnew", id="c4-00003", corpus="c", title="brandnew")
+    assert fast.delete_many(["c4-00004", "c4-00010"]) == 2
+    fast.add_many(_items(5, 50), batch_size=10)
+    with psycopg.connect(pg_url) as conn:  # another transaction's rows, a corpus move
+        conn.execute("UPDATE items SET corpus = 'moved' WHERE id = 'c4-00020'")
+        conn.execute("UPDATE items SET access_count = access_count + 1")  # no text change
+    area = SearchArea(corpora=("c",), filters=Filters(), now=time.time())
+    assert fast.backend.text_search(parse("brandnew"), area, 5)[0][0] == "c4-00003"
+    assert all(h[0] not in ("c4-00004", "c4-00010", "c4-00020")
+               for h in fast.backend.text_search(parse("w0 w1"), area, 1000))
+    assert _same(fast, exact, area, _queries(11, 20), 30) >= 20
+    assert fast.backend.integrity_problems() == []  # type: ignore[attr-defined]
+    with psycopg.connect(pg_url) as conn:  # damage: the index no longer matches the items
+        conn.execute("DELETE FROM bm25_blocks WHERE lexeme = 'w1'")
+    problems = fast.backend.integrity_problems()  # type: ignore[attr-defined]
+    assert any("BM25 index" in p for p in problems), problems
+    assert "rebuilt the BM25 index from the items" in fast.backend.repair()  # type: ignore[attr-defined]
+    assert fast.backend.integrity_problems() == []  # type: ignore[attr-defined]
+    assert _same(fast, exact, area, _queries(12, 10), 30) >= 10
+
+
+def test_bucket_bounds_hold_for_any_statistics() -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    nt = rng.integers(0, 12, 5000)
+    nb = rng.integers(0, 245, 5000)  # a tsvector keeps at most 256 positions per lexeme
+    dl = rng.integers(1, 5000, 5000)
+    nt_class = np.select([nt < 4, nt < 8], [nt, 4], 5)
+    nb_class = np.select([nb < 8, nb < 12, nb < 16, nb < 24, nb < 32, nb < 64, nb < 128],
+                         [nb, 8, 9, 10, 11, 12, 13], 14)
+    bucket = (nt_class * 16 + nb_class) * 128 + np.minimum(127, np.floor(2 * np.log2(dl))).astype(int)
+    for avgdl in (1.0, 7.5, 120.0, 4000.0):
+        for weights in ((1.0, 1.0), (2.0, 1.0), (0.0, 1.0)):
+            tf = weights[0] * nt + weights[1] * nb
+            actual = topk.saturation(tf.astype(float), dl.astype(float), avgdl)
+            assert (topk.bucket_bounds(bucket, weights, avgdl) >= actual).all()
