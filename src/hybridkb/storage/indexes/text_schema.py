@@ -169,7 +169,10 @@ def filter_clauses(
                          ("namespace", filters.namespace)):
         if values:
             clauses.append(_filter(tantivy.Query.term_set_query(schema, name, list(values))))
-    for key, values in filters.metadata:
+    metadata = list(filters.metadata)
+    if filters.languages:  # a file's language is its metadata "language" (ingest/)
+        metadata.append(("language", tuple(filters.languages)))
+    for key, values in metadata:
         tokens = [t for v in values if (t := meta_token(key, v)) is not None]
         clauses.append(_filter(tantivy.Query.term_set_query(schema, "meta", tokens) if tokens
                                else tantivy.Query.empty_query()))

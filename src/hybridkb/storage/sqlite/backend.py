@@ -473,8 +473,14 @@ class SQLiteBackend:
         if query.is_empty or limit <= 0:
             return []
         index, delta = self._text.view()
+        rowids = None
+        if area.filters.paths:  # path globs are SQL regexes over metadata.path: the rows, from SQL
+            where, params = filter_sql(area)
+            rowids = [r[0] for r in self._read(f"SELECT i.rowid FROM items i WHERE {where}", params)]
+            if not rowids:
+                return []
         top = index.search(query, corpora=area.corpora, filters=area.filters, now=area.now,
-                           limit=limit, exclude=delta.rowids)
+                           limit=limit, rowids=rowids, exclude=delta.rowids)
         live = delta.live_rowids()
         if live:  # writes the index does not hold yet: filtered here, scored like the index would
             where, params = filter_sql(area)
