@@ -263,11 +263,17 @@ def _index_as(uid: int | None, root: Path, db: Path) -> dict[str, object]:
         code = 0
         try:
             os.close(read)
+            # Open and warm up (extension, codecs, lazy imports) first: the interpreter and
+            # the venv may sit in folders only their owner can read (CI's mktemp venv, a
+            # pyenv under /root); only the files to index are read after the drop.
+            kb = hybridkb.open(db, embedder=HashingEmbedder(64))
+            warm = root.parent / "warm"
+            _write(warm, {"w.md": "# Warm\n\nup\n"})
+            index_folder(kb, warm, "warm")
             if uid is not None:
                 os.setgroups([])
                 os.setgid(uid)
                 os.setuid(uid)
-            kb = hybridkb.open(db, embedder=HashingEmbedder(64))
             summary = index_folder(kb, root, "t")
             kb.close()
             os.write(write, json.dumps(summary.to_dict()).encode())
