@@ -266,11 +266,12 @@ class TextIndexSync:
             self._last_commit = time.monotonic()
 
     def close(self, timeout: float = 30.0) -> None:
-        """Let a running background commit finish (its work is kept), start no other."""
+        """Let a running background commit finish (its work is kept), start no other: the
+        worker stops after its current commit, and the log keeps the rest for the next open."""
+        self._closed = True
         worker = self._worker
         if worker is not None and worker.is_alive():
             worker.join(timeout)
-        self._closed = True
 
     def rebuild(self) -> TextIndex:
         """A new index from every item, published when complete (call under the file lock)."""
