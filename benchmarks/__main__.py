@@ -65,6 +65,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--doc", type=Path, default=ROOT / "docs" / "benchmarks.md",
                    help="the doc whose `## Speed` section gets the table")
     p.add_argument("--no-doc", action="store_true", help="leave the doc alone")
+    p.add_argument("--large", action="store_true",
+                   help="add a 1,000,000-item store (hours on a shared 2-core machine)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: 2000 items, 50 queries, 50 embedded items; no doc update")
     p.add_argument("--no-cache", action="store_true", help="do not read or write cached vectors")
@@ -88,7 +90,7 @@ def options_from(args: argparse.Namespace) -> Options:
     if queries < 1:
         raise SystemExit("--queries must be at least 1")
     return Options(
-        sizes=args.sizes or ([2_000] if quick else [10_000, 100_000]),
+        sizes=(args.sizes or ([2_000] if quick else [10_000, 100_000])) + ([1_000_000] if args.large else []),
         queries=queries,
         warmup=args.warmup if args.warmup is not None else 5 if quick else 20,
         embed_items=args.embed_items if args.embed_items is not None else 50 if quick else 500,

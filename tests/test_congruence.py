@@ -6,7 +6,7 @@ Every mode x fusion x filter kind runs on both stores and the answers are compar
   term's document frequency all span the corpus on both, filters only decide which
   rows come back. So every mode, fusion and filter gives the same ids with the same
   scores (hits whose scores tie within float noise compare as a set).
-- With several corpora they differ: SQLite's FTS5 takes its statistics over the whole
+- With several corpora they differ: SQLite's tantivy index takes its statistics over the whole
   file, PostgreSQL over the corpora searched. Vector answers stay identical; full-text
   and hybrid rankings must share at least `MIN_OVERLAP` of each top 10 and
   `MEAN_OVERLAP` on average. Measured on this corpus: full text 1.0 (the same ids,

@@ -135,7 +135,12 @@ class Context:
         if self._kb is None:
             if self.command in NEEDS_STORE:
                 self.require_store()
-            self._kb = open_kb(self.db, embedder=self.embedder, **self.replica_options())
+            options = self.replica_options()
+            if not is_postgres_target(self.db):  # derived indexes show a bar when (re)built
+                from .cli_common import progress_bar  # (cli_common imports this module)
+
+                options["progress"] = progress_bar
+            self._kb = open_kb(self.db, embedder=self.embedder, **options)
         return self._kb
 
     def replica_options(self) -> dict[str, Any]:
@@ -157,3 +162,4 @@ def require_store(db: str) -> None:
     if db.strip() and not is_postgres_target(db) and db != ":memory:" and not Path(db).expanduser().exists():
         raise NotFoundError(f"no store at {db!r}; create one with `hybridkb init` or any write "
                             "(`hybridkb add`, `import`, `index`), or point --db / HYBRIDKB_DB at one")
+

@@ -3,8 +3,8 @@
 Composed with psycopg.sql: identifiers and numbers chosen by code go through
 `sql.Identifier` / `sql.Literal`; every value from a caller is a bound parameter (`%s`).
 
-Full-text ranking is Okapi BM25 as SQLite's FTS5 computes it (k1 = 1.2, b = 0.75, idf
-floored at 1e-6, one term per query phrase), from exact ingredients:
+Full-text ranking is Okapi BM25 as SQLite's tantivy index computes it (k1 = 1.2, b = 0.75,
+Lucene's idf ln(1 + (N - df + 0.5) / (df + 0.5)), one term per query phrase), from exact ingredients:
 - tf: how often the term's lexeme occurs in the document (`hybridkb_tf`, migration 001);
   for a multi-word phrase, the least frequent of its lexemes in a document containing it;
 - df: the corpus's documents containing the term -- each of them matches the OR query, so
@@ -231,7 +231,7 @@ s AS (
     FROM corpus_stats WHERE {stats_in_corpora}
 )
 SELECT m.id, sum(
-    greatest(ln((greatest(s.n, d.df) - d.df + 0.5) / (d.df + 0.5)), 1e-6)
+    ln(1 + (greatest(s.n, d.df) - d.df + 0.5) / (d.df + 0.5))
     * f.tf * ({k1} + 1) / (f.tf + {k1} * (1 - {b} + {b} * m.dl / s.avgdl))) AS score
 FROM f JOIN d USING (ord) JOIN m USING (rowid) CROSS JOIN s
 WHERE m.ok AND f.n > 0

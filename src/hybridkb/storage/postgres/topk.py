@@ -35,8 +35,8 @@ Ints = npt.NDArray[np.int64]
 
 
 def idf(n_docs: float, df: float) -> float:
-    """FTS5's idf, floored at 1e-6 (as sql.py)."""
-    return max(float(np.log((max(n_docs, df) - df + 0.5) / (df + 0.5))), 1e-6)
+    """Lucene's idf, ln(1 + (N - df + 0.5) / (df + 0.5)), as sql.py and SQLite's tantivy index."""
+    return float(np.log1p((max(n_docs, df) - df + 0.5) / (df + 0.5)))
 
 
 def saturation(tf: Floats, dl: Floats, avgdl: float) -> Floats:

@@ -1,14 +1,16 @@
-"""The embedded dialect: one SQLite file, FTS5 for BM25, sqlite-vec for vectors.
+"""The embedded dialect: one SQLite file, the system of record, with derived indexes beside it.
 
-Items, their FTS5 rows (kept in sync by triggers) and their vectors (a `vec0`
-table) are written in one transaction. Vector search runs over an exact
-in-memory matrix rebuilt from the `vec0` table (see vector_index.py). What both
+Items and their vectors (a sqlite-vec `vec0` table) are written in one transaction;
+triggers number every committed write in the `changes` log (migration 004). BM25 runs
+on a tantivy index in `<file>.idx/text/` that catches up from that log before each
+search, and vectors on a memory-mapped base generation (an HNSW graph past a size) plus
+an exact delta of later writes, in `<file>.idx/vectors/` (storage/indexes/). What both
 dialects do alike (columns, conflict rule, filters, re-embed steps) is in records.py.
 """
 
 from __future__ import annotations
 
-import math
+import os
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -19,22 +21,23 @@ import numpy as np
 
 from ...errors import BackendUnavailableError, InvalidInputError, StoreError
 from ...model import Item, StoredItem
+from ...progress import ProgressFactory, no_progress
 from ...textquery import TextQuery
 from .. import codec, records
 from ..contract import ScoredIds, SearchArea, Vector
+from ..indexes.sync import TextIndexSync
+from ..indexes.text_schema import title_repeat
+from ..indexes.vector_base import Wanted
+from ..indexes.vectors import ANN_MODES, VectorIndexSync, knn
 from ..records import DEFAULT_BM25_WEIGHTS, META_PENDING_VECTOR_DIM, META_VECTOR_DIM
 from . import driver as sqlite_driver
 from . import maintenance
-from .vector_index import VectorIndex
+from .changes import SQLiteChanges, prune
 
 __all__ = ["BUSY_TIMEOUT_S", "DEFAULT_BM25_WEIGHTS", "SQLiteBackend", "filter_sql", "open_sqlite"]
 
 BUSY_TIMEOUT_S = 30.0
 _MAX_VARS = 500  # stay under SQLITE_MAX_VARIABLE_NUMBER on old builds
-# text_search fetches this many best-scored FTS rows per wanted row (divided by the
-# searched corpora's share of the store) before filtering them; past the cap it filters in SQL.
-_FTS_OVERFETCH = 4
-_FTS_OVERFETCH_MAX = 4000
 
 _ITEM_COLUMNS = ", ".join(records.ITEM_COLUMNS)
 _SET_META = records.set_meta_sql("?")
@@ -130,10 +133,14 @@ class SQLiteBackend:
     """One SQLite file (or ":memory:"). Thread-safe through one lock per store."""
 
     def __init__(self, path: str | Path, *, bm25_weights: tuple[float, float] = DEFAULT_BM25_WEIGHTS,
-                 cache_mb: int = 64) -> None:
+                 cache_mb: int = 64, index_dir: str | Path | None = None,
+                 progress: ProgressFactory = no_progress, vector_ann: str | None = None) -> None:
         self.path = str(path)
         self.url = self.path
         self.bm25_weights = bm25_weights
+        ann = vector_ann or os.environ.get("HYBRIDKB_VECTOR_ANN", "auto")
+        if ann not in ANN_MODES:
+            raise InvalidInputError(f"vector_ann must be one of {', '.join(ANN_MODES)}, not {ann!r}")
         if self.path != ":memory:":
             parent = Path(self.path).expanduser().resolve().parent
             if not parent.is_dir():
@@ -158,8 +165,22 @@ class SQLiteBackend:
             self.newer_schema = newer
         except self._database_error as exc:
             raise sqlite_driver.store_error(exc, f"opening SQLite store {self.path!r}") from exc
-        self._index: VectorIndex | None = None
-        self._index_version: int | None = None
+        # Derived indexes live in `<file>.idx/` (in memory for ":memory:").
+        folder = None
+        if self.path != ":memory:":
+            folder = Path(index_dir) if index_dir else Path(self.path).expanduser().resolve().with_name(
+                Path(self.path).name + ".idx")
+        self.index_dir = folder
+        self._writes_since_prune = 0
+        self._changes = SQLiteChanges(
+            self._read, self._write, self.get_meta("store_id") or "",
+            None if folder is None else lambda: sqlite_driver.connect(self.path, timeout=BUSY_TIMEOUT_S))
+        self._text = TextIndexSync(None if folder is None else folder / "text", self._changes, progress,
+                                   title_repeat=title_repeat(bm25_weights))
+        # "auto": an HNSW graph past vector_base.ANN_MIN_ROWS, built in the background;
+        # "on" / "off" force it (the eval runs both); HYBRIDKB_VECTOR_ANN sets the default.
+        self._vectors = VectorIndexSync(None if folder is None else folder / "vectors", self._changes,
+                                        ann=ann, progress=progress)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -218,6 +239,8 @@ class SQLiteBackend:
                 raise InvalidInputError(f"a value cannot be used in a query: {exc}") from exc
 
     def close(self) -> None:
+        self._text.close()
+        self._vectors.close()
         with self._lock:
             self._conn.close()
 
@@ -269,7 +292,6 @@ class SQLiteBackend:
     def finish_reembed(self, model_id: str, dim: int) -> int:
         with self._write() as conn:
             moved = records.finish_reembed(_Tables(conn), model_id, dim)
-        self._index = None
         return moved
 
     def cancel_reembed(self) -> None:
@@ -290,6 +312,7 @@ class SQLiteBackend:
         stale_vectors: list[int] = []
         try:
             with self._write() as conn:
+                self._prune_log(conn)
                 for item, vec, chash in zip(items, vectors, content_hashes, strict=True):
                     rowid, kept_hash = conn.execute(
                         sql, records.write_values(item, chash, with_vector=vec is not None)).fetchone()
@@ -304,26 +327,23 @@ class SQLiteBackend:
                     written.append((rowid, item, vec))
         except (UnicodeEncodeError, OverflowError) as exc:
             raise InvalidInputError(f"a value cannot be stored: {exc}") from exc
-        self._after_write(written, stale_vectors)
+        self._text.kick()
 
-    def _after_write(self, written: list[tuple[int, Item, Vector | None]], dropped: list[int]) -> None:
-        """Apply our own committed write to the vector cache instead of rebuilding it."""
-        if self._index is None:
+    def _prune_log(self, conn: Any) -> None:
+        """Every ~1000 writes, drop the log rows both derived indexes on disk have passed
+        (the text index's state file, the published vector base). Never for ":memory:"
+        (its vectors live in the delta, read from the whole log)."""
+        self._writes_since_prune += 1
+        if self.index_dir is None or self._writes_since_prune < 1000:
             return
-        with self._lock:
-            if self._index_version != self._data_version():
-                self._index = None
-                return
-            with_vec = [(r, i, v) for r, i, v in written if v is not None]
-            if with_vec:
-                self._index.upsert([r for r, _, _ in with_vec], [v for _, _, v in with_vec if v is not None],
-                                   [i.corpus for _, i, _ in with_vec],
-                                   [i.expires_at for _, i, _ in with_vec],
-                                   [i.stale for _, i, _ in with_vec])
-            for rowid, item, vec in written:
-                if vec is None:
-                    self._index.update_attrs(rowid, item.corpus, item.expires_at, item.stale)
-            self._index.delete(dropped)
+        self._writes_since_prune = 0
+        text_seq = self._text.disk_seq()
+        row = conn.execute("SELECT seq FROM derived_indexes WHERE name = 'vectors'").fetchone()
+        vector_seq = None if row is None else int(row[0])
+        if self.vector_dim() is None:
+            vector_seq = text_seq  # no vectors: only the text index reads the log
+        if text_seq is not None and vector_seq is not None:
+            prune(conn, min(text_seq, vector_seq))
 
     def write_vectors(
         self, ids: Sequence[str], vectors: Sequence[Vector], content_hashes: Sequence[str],
@@ -345,7 +365,6 @@ class SQLiteBackend:
                              (rowid, codec.to_blob(vec)))
                 written.append((rowid, Item(text="", id=item_id, corpus=row[1], expires_at=row[2],
                                             stale=bool(row[3])), vec))
-        self._after_write(written, [])
         return len(written)
 
     def delete(self, ids: Sequence[str]) -> int:
@@ -359,8 +378,8 @@ class SQLiteBackend:
             if removed and self.vector_dim() is not None:
                 for chunk in _chunks(removed):
                     conn.execute(f"DELETE FROM vec_items WHERE rowid IN ({_marks(len(chunk))})", chunk)
-        if self._index is not None:
-            self._index.delete(removed)
+        if removed:
+            self._text.kick()
         return len(removed)
 
     def touch(self, ids: Sequence[str], now: float) -> None:
@@ -448,62 +467,38 @@ class SQLiteBackend:
     # -- retrieval ------------------------------------------------------------------------------
 
     def text_search(self, query: TextQuery, area: SearchArea, limit: int) -> ScoredIds:
-        match = query.fts5()
-        if match is None or limit <= 0:
+        """BM25 from the tantivy index, caught up with the change log first; filters run
+        inside the index. Rowids are mapped back to ids here (an item deleted since the
+        index caught up is dropped)."""
+        if query.is_empty or limit <= 0:
             return []
-        wt, wx = self.bm25_weights
-        bm25 = f"bm25(items_fts, {float(wt)!r}, {float(wx)!r})"
-        if not area.filters.needs_row_filter:
-            found = self._text_search_best_first(match, bm25, area, limit)
-            if found is not None:
-                return found
-        where, params = filter_sql(area)
-        sql = (
-            f"SELECT i.id, {bm25} AS s "
-            f"FROM items_fts JOIN items i ON i.rowid = items_fts.rowid "
-            f"WHERE items_fts MATCH ? AND {where} ORDER BY s, i.id LIMIT ?"
-        )
-        rows = self._read(sql, [match, *params, limit])
-        return [(r[0], -float(r[1])) for r in rows]
+        index, delta = self._text.view()
+        rowids = None
+        if area.filters.paths:  # path globs are SQL regexes over metadata.path: the rows, from SQL
+            where, params = filter_sql(area)
+            rowids = [r[0] for r in self._read(f"SELECT i.rowid FROM items i WHERE {where}", params)]
+            if not rowids:
+                return []
+        top = index.search(query, corpora=area.corpora, filters=area.filters, now=area.now,
+                           limit=limit, rowids=rowids, exclude=delta.rowids)
+        live = delta.live_rowids()
+        if live:  # writes the index does not hold yet: filtered here, scored like the index would
+            where, params = filter_sql(area)
+            allowed: set[int] = set()
+            for chunk in _chunks(live):
+                allowed.update(r[0] for r in self._read(
+                    f"SELECT i.rowid FROM items i WHERE i.rowid IN ({_marks(len(chunk))}) AND {where}",
+                    [*chunk, *params]))
+            extra = delta.search(query, index.analyze, index.stats(query), allowed)
+            top = sorted(top + extra, key=lambda p: (-p[1], p[0]))[:limit]
+        return self._ids_of(top)
 
-    def _text_search_best_first(
-        self, match: str, bm25: str, area: SearchArea, limit: int,
-    ) -> ScoredIds | None:
-        """The joined query's answer from the best-scored FTS rows alone, or None.
-
-        FTS5 scores every matching row either way; joining each one to its item (to
-        filter it and read its id) is what costs, several times the scoring. So take the
-        best `fetch` rows by score, filter just those, and keep the ones scoring strictly
-        better than the last fetched row: every matching row scoring better than that is
-        among them. When at least `limit` survive, they are exactly the joined query's
-        first rows (same order: score, then id); otherwise the caller runs that query.
-        """
-        counts = self.corpora()
-        total = max(1, sum(counts.values()))
-        searched = total if area.corpora is None else sum(counts.get(c, 0) for c in area.corpora)
-        share = searched / total
-        if share <= 0:
-            return None
-        fetch = math.ceil(_FTS_OVERFETCH * limit / share)
-        if fetch > _FTS_OVERFETCH_MAX:
-            return None  # the corpora are a small share of the store: filter inside the query
-        rows = self._read(
-            f"SELECT rowid, {bm25} AS s FROM items_fts WHERE items_fts MATCH ? ORDER BY s LIMIT ?",
-            [match, fetch])
-        complete = len(rows) < fetch  # every matching row was fetched
-        if not complete:
-            worst = rows[-1][1]
-            rows = [r for r in rows if r[1] < worst]
-        where, params = filter_sql(area)
+    def _ids_of(self, top: list[tuple[int, float]]) -> ScoredIds:
         ids: dict[int, str] = {}
-        for chunk in _chunks([r[0] for r in rows]):
-            ids.update(self._read(
-                f"SELECT i.rowid, i.id FROM items i WHERE i.rowid IN ({_marks(len(chunk))}) "
-                f"AND {where}", [*chunk, *params]))
-        best = sorted((s, ids[rowid]) for rowid, s in rows if rowid in ids)
-        if len(best) < limit and not complete:
-            return None
-        return [(item_id, -float(s)) for s, item_id in best[:limit]]
+        for chunk in _chunks([r for r, _ in top]):
+            ids.update(self._read(f"SELECT rowid, id FROM items WHERE rowid IN ({_marks(len(chunk))})",
+                                  chunk))
+        return [(ids[r], s) for r, s in top if r in ids]
 
     def substring_search(self, words: Sequence[str], area: SearchArea, limit: int) -> ScoredIds:
         if not words or limit <= 0:
@@ -519,82 +514,76 @@ class SQLiteBackend:
         return [(r[0], float(r[1])) for r in rows]
 
     def vector_search(self, vector: Vector, area: SearchArea, limit: int) -> ScoredIds:
+        """Cosine KNN over the vector index (base + delta, storage/indexes/vectors.py): corpus,
+        expiry and staleness are masks there; any other filter is an exact scan of its rows."""
         dim = self.vector_dim()
         if dim is None or limit <= 0:
             return []
         query = codec.query(vector, dim)
-        if query is None:
+        if query is None or not np.any(query):
             return []
-        index = self._vector_index(dim)
-        allowed = None
-        if area.filters.needs_row_filter:
-            where, params = filter_sql(area)
-            allowed = np.array([r[0] for r in self._read(
-                f"SELECT i.rowid FROM items i WHERE {where}", params)], dtype=np.int64)
+        query = np.asarray(query, dtype=np.float32)  # stored vectors are unit: M @ q ranks by cosine
+        try:
+            base, delta = self._vectors.view(dim, read_only=self.newer_schema is not None or self.damaged)
+        except self._database_error as exc:  # read on the index builder's own connection
+            raise self._error(exc, "reading the vectors") from exc
         f = area.filters
-        top = index.search(query, corpora=area.corpora, now=area.now, limit=limit,
-                           include_expired=f.include_expired, include_stale=f.include_stale,
-                           allowed=allowed)
-        if not top:
-            return []
-        ids = dict(self._read(
-            f"SELECT rowid, id FROM items WHERE rowid IN ({_marks(len(top))})", [r for r, _ in top]))
-        return [(ids[r], s) for r, s in top if r in ids]
+        rows = None
+        if f.needs_row_filter:  # kinds, scope, metadata, time ranges: the filter's rows, exactly
+            where, params = filter_sql(area)
+            rows = np.asarray(sorted(r[0] for r in self._read(
+                f"SELECT i.rowid FROM items i WHERE {where}", params)), dtype=np.int64)
+        wanted = Wanted(area.corpora, area.now, f.include_expired, f.include_stale)
+        return self._ids_of(knn(base, delta, query, limit, wanted=wanted, rows=rows))
 
     def _data_version(self) -> int:
         return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
 
-    def _vector_index(self, dim: int) -> VectorIndex:
-        """The cached matrix; rebuilt when another connection has committed since."""
-        try:
-            return self._load_vector_index(dim)
-        except self._database_error as exc:
-            raise self._error(exc, "reading the vectors") from exc
-
-    def _load_vector_index(self, dim: int) -> VectorIndex:
-        with self._lock:
-            version = self._data_version()
-            if self._index is not None and self._index_version == version:
-                return self._index
-            index = VectorIndex(dim)
-            cursor = self._conn.execute(
-                "SELECT v.rowid, v.embedding, i.corpus, i.expires_at, i.stale "
-                "FROM vec_items v JOIN items i ON i.rowid = v.rowid")
-            rowids: list[int] = []
-            blocks: list[Vector] = []
-            corpora: list[str] = []
-            expires: list[float | None] = []
-            stale: list[bool] = []
-            while batch := cursor.fetchmany(4096):
-                rowids.extend(r[0] for r in batch)
-                blocks.append(codec.matrix_from_blobs([r[1] for r in batch], dim))
-                corpora.extend(r[2] for r in batch)
-                expires.extend(r[3] for r in batch)
-                stale.extend(bool(r[4]) for r in batch)
-            matrix = np.concatenate(blocks) if blocks else codec.matrix_from_blobs([], dim)
-            index.load(rowids, matrix, corpora, expires, stale)
-            self._index, self._index_version = index, version
-            return index
-
     # -- maintenance ----------------------------------------------------------------------------
 
     def integrity_problems(self) -> list[str]:
-        return maintenance.integrity_problems(lambda sql: self._read(sql), self.vector_dim())
+        """SQLite's integrity check, items and vectors agreeing by rowid (maintenance.py), and
+        the derived indexes: usable, and the text index (once caught up with the log)
+        holding exactly the items."""
+        problems = maintenance.integrity_problems(lambda sql: self._read(sql), self.vector_dim())
+        problems += self._text.problems()
+        problems += self._vectors.problems(self.vector_dim())
+        if not any(p.startswith(("sqlite:", "text index")) for p in problems):
+            try:
+                indexed = set(self._text.current().all_rowids())
+            except Exception as exc:  # a damaged index that cannot even be rebuilt here
+                return [*problems, f"text index: cannot be read ({exc})"]
+            items = set(self._changes.item_rowids())
+            if indexed - items:
+                problems.append(f"{len(indexed - items)} text index documents without an item")
+            if items - indexed:
+                problems.append(f"{len(items - indexed)} items missing from the text index")
+        return problems
 
     def repair(self) -> list[str]:
         dim = self.vector_dim()
+        problems = self.integrity_problems()
         with self._write(repairing=True) as conn:
-            done = maintenance.repair(conn, dim, self.integrity_problems(),
-                                      _create_vectors(dim) if dim else "")
-        self._index = None
-        self.damaged = any(p.startswith("sqlite:") for p in self.integrity_problems())
+            done = maintenance.repair(conn, dim, problems, _create_vectors(dim) if dim else "")
+        self.damaged = any(p.startswith("sqlite:") for p in maintenance.integrity_problems(
+            lambda sql: self._read(sql), dim))
+        if not self.damaged and any(("index" in p or p.startswith("sqlite:")) for p in problems):
+            self.rebuild_indexes()
+            done.append("rebuilt the derived text and vector indexes from the items")
         return done
+
+    def rebuild_indexes(self) -> None:
+        """Rebuild every derived index from the items (what `check --repair` does)."""
+        self._text.rebuild_now()
+        dim = self.vector_dim()
+        if dim is not None:
+            self._vectors.build_now(dim)
 
 
 def open_sqlite(path: str | Path, **options: Any) -> SQLiteBackend:
     try:
         return SQLiteBackend(path, **options)
-    except BackendUnavailableError:
+    except (BackendUnavailableError, InvalidInputError):
         raise
     except (OSError, ValueError) as exc:
         raise StoreError(f"cannot open SQLite store {path!r}: {exc}") from exc

@@ -58,7 +58,7 @@ def connect(path: str, *, timeout: float) -> Any:
         conn.close()
         raise BackendUnavailableError(f"cannot load the sqlite-vec extension: {exc}") from exc
     conn.create_function("regexp", 2, _regexp, deterministic=True)
-    # What the FTS5 index reads (migration 002): CJK runs as bigrams, other text unchanged.
+    # What the FTS5 index of migration 002 read (004 drops it for tantivy): CJK runs as bigrams.
     conn.create_function("hybridkb_fts", 1, _fts_text, deterministic=True)
     return conn
 

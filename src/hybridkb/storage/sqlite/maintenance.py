@@ -1,9 +1,9 @@
 """Checking and repairing one SQLite store, so damage is reported and fixed, never hidden.
 
-The items are the system of record; the FTS5 index and the vectors' `embedded_hash`
-bookkeeping derive from them and can be rebuilt. `integrity_problems` lists what disagrees
-(each check on its own, so one damaged table does not hide the others); `repair` rebuilds
-the derived parts inside the caller's write transaction.
+The items are the system of record; the vectors' `embedded_hash` bookkeeping derives from
+them and can be rebuilt here (the derived search indexes are rebuilt by the backend).
+`integrity_problems` lists what disagrees (each check on its own, so one damaged table does
+not hide the others); `repair` rebuilds the derived parts inside the caller's transaction.
 """
 
 from __future__ import annotations
@@ -18,26 +18,14 @@ Read = Callable[[str], list[Any]]
 
 
 def integrity_problems(read: Read, vector_dim: int | None) -> list[str]:
-    """SQLite's and FTS5's integrity checks, and items / FTS rows / vectors agreeing by rowid.
-
-    The FTS index is compared through its `docsize` shadow table: a scan of an
-    external-content FTS5 table reads the content table, so counting it proves nothing.
-    """
+    """SQLite's integrity check and items / vectors agreeing by rowid. The derived search
+    indexes beside the file are checked by the backend (storage/indexes/)."""
     problems: list[str] = []
     try:
         problems += [f"sqlite: {r[0]}" for r in read("PRAGMA integrity_check") if r[0] != "ok"]
     except StoreError as exc:
         problems.append(f"sqlite: the integrity check cannot run: {_cause(exc)}")
-    try:
-        read("INSERT INTO items_fts (items_fts, rank) VALUES ('integrity-check', 1)")
-    except StoreError as exc:
-        problems.append(f"fts integrity-check: {_cause(exc)}")
-    checks: list[tuple[str, str]] = [
-        ("FTS rows without an item",
-         "SELECT count(*) FROM items_fts_docsize WHERE id NOT IN (SELECT rowid FROM items)"),
-        ("items without an FTS row",
-         "SELECT count(*) FROM items WHERE rowid NOT IN (SELECT id FROM items_fts_docsize)"),
-    ]
+    checks: list[tuple[str, str]] = []
     if vector_dim is not None:
         # vec0 answers one rowid lookup at a time: a set membership test is faster.
         checks += records.vector_checks("vec_items", "i.rowid IN (SELECT rowid FROM vec_items)")
@@ -55,7 +43,7 @@ def integrity_problems(read: Read, vector_dim: int | None) -> list[str]:
 def repair(conn: Any, vector_dim: int | None, problems: Sequence[str], create_vectors: str) -> list[str]:
     """Rebuild, in the caller's transaction, what derives from the items; returns what was done.
 
-    Indexes of the items table (REINDEX), the FTS5 index ('rebuild'), and the vectors:
+    Indexes of the items table (REINDEX) and the vectors:
     orphans dropped, items whose vector is missing or not theirs marked for embedding again;
     a vector table too damaged to read is recreated empty and every item marked.
     """
@@ -63,9 +51,6 @@ def repair(conn: Any, vector_dim: int | None, problems: Sequence[str], create_ve
     text = " ".join(problems).lower()
     if "sqlite:" in text:
         _step(conn, done, "rebuilt the items table's indexes (REINDEX)", "REINDEX")
-    if "sqlite:" in text or "fts" in text:
-        _step(conn, done, "rebuilt the full-text index from the items",
-              "INSERT INTO items_fts (items_fts) VALUES ('rebuild')")
     if vector_dim is None or not ("sqlite:" in text or "vector" in text):
         return done
     try:

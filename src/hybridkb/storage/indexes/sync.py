@@ -1,0 +1,320 @@
+"""Keeping a derived text index in step with the store's change log.
+
+Every committed write to the items gets a sequence number in the store's change log.
+Before answering, `TextIndexSync.current()` compares the sequence the index reflects
+with the log: equal means answer; behind means replay the changed items (read from the
+store, so the replay always writes their current state); missing, damaged, of another
+format or older than what the log still holds means rebuild from the items, with a
+progress bar. Only one process catches up at a time (an exclusive lock file beside the
+index); the others wait for it and then reload.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from ...progress import ProgressFactory, no_progress
+from .text import IndexUnusable, TextIndex, read_state
+from .text_delta import TextDelta
+from .text_schema import TITLE_REPEAT, TextDoc
+
+try:  # POSIX; elsewhere only one process may use a store's derived indexes at a time
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
+
+# Replay at most this many changed rows per pass; past this share of the store, a
+# rebuild (no deletes, one sequential scan) is cheaper than a replay.
+CATCH_UP_BATCH = 20_000
+REBUILD_SHARE = 0.5
+# Pending rowids a search scores itself (text_delta.py) before it waits for a commit.
+DELTA_MAX = 2_000
+COMMIT_INTERVAL_S = 0.5  # background commits of one process at most this often
+
+
+class ChangeSource(Protocol):
+    """What the store offers a derived index: its log and its items as TextDocs."""
+
+    store_id: str
+
+    def log_bounds(self) -> tuple[int, int]:
+        """(oldest sequence still in the log, or the current one + 1 when empty; current)."""
+        ...
+
+    def changed_since(self, seq: int, limit: int) -> tuple[list[int], int]:
+        """Distinct rowids whose text-index fields changed after `seq` (at most `limit`
+        log rows read), and the last sequence read."""
+        ...
+
+    def text_changes(self, seq: int, limit: int) -> tuple[list[tuple[int, int]], int]:
+        """The same as (seq, rowid) pairs."""
+        ...
+
+    def text_docs(self, rowids: Sequence[int]) -> list[TextDoc]:
+        """Current documents of the rowids that still exist."""
+        ...
+
+    def item_count(self) -> int: ...
+
+    def iter_text_docs(self, batch_size: int) -> Iterator[list[TextDoc]]: ...
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path | None) -> Iterator[None]:
+    if path is None or fcntl is None:
+        yield
+        return
+    handle: IO[Any] = open(path, "a+b")  # noqa: SIM115 - held for the block
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        handle.close()
+
+
+class TextIndexSync:
+    """The text index of one store, kept current with its change log.
+
+    `view()` answers at once: the committed index plus a delta of the writes it does not
+    hold yet (text_delta.py), folded in by a background commit. `current()` waits for
+    the index itself to hold every committed write (checks, rebuilds, tests).
+    """
+
+    def __init__(self, folder: Path | None, source: ChangeSource,
+                 progress: ProgressFactory = no_progress, *, title_repeat: int = TITLE_REPEAT,
+                 background: bool = True) -> None:
+        self.folder = folder  # None: in memory (a ":memory:" store)
+        self.title_repeat = title_repeat
+        self.source = source
+        self.progress = progress
+        self.background = background  # False: a search commits the delta itself
+        self._lock = threading.RLock()
+        self._held = threading.local()
+        self._index: TextIndex | None = None
+        self._delta = TextDelta()
+        self._worker: threading.Thread | None = None
+        self._closed = False
+        self._last_commit = 0.0
+        self.rebuilds = 0  # how many rebuilds this process ran (for tests and `check`)
+
+    @property
+    def _lock_path(self) -> Path | None:
+        return None if self.folder is None else self.folder.with_name(self.folder.name + ".lock")
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """The index folder to this thread alone, across processes; re-entrant per thread
+        (two flocks of one file in one process would wait on each other)."""
+        if getattr(self._held, "depth", 0):
+            self._held.depth += 1
+            try:
+                yield
+            finally:
+                self._held.depth -= 1
+            return
+        if self.folder is not None:
+            self.folder.parent.mkdir(parents=True, exist_ok=True)
+        with _file_lock(self._lock_path):
+            self._held.depth = 1
+            try:
+                yield
+            finally:
+                self._held.depth = 0
+
+    def view(self) -> tuple[TextIndex, TextDelta]:
+        """The committed index and the delta of later writes, together every committed write."""
+        with self._lock:
+            index = self._usable()
+            _, head = self.source.log_bounds()
+            if self._delta.base_seq == index.seq and self._delta.seq >= head:
+                return index, self._delta
+            delta = self._delta.copy()  # searches already holding the old one keep it as it is
+            self._delta = delta
+            if delta.base_seq != index.seq:
+                delta.rebase(index.seq)
+            while delta.seq < head:
+                changes, reached = self.source.text_changes(delta.seq, DELTA_MAX + 1)
+                if len(delta) + len(changes) > DELTA_MAX:
+                    with self._exclusive():  # too much for the delta: commit before answering
+                        index = self._catch_up()
+                    return index, self._delta
+                docs = self.source.text_docs(list(dict.fromkeys(r for _, r in changes)))
+                delta.add(changes, docs, index.analyze, index.title_repeat, reached)
+            if len(delta):
+                if self.background:
+                    self._start_worker()
+                else:
+                    with self._exclusive():
+                        index = self._catch_up()
+            return index, self._delta
+
+    def current(self) -> TextIndex:
+        """The index, caught up with every write committed before this call."""
+        with self._lock:
+            index = self._usable()
+            _, head = self.source.log_bounds()
+            if index.seq >= head:
+                return index
+            with self._exclusive():
+                return self._catch_up()
+
+    def _usable(self) -> TextIndex:
+        """This process's index handle: reloaded when another commit landed, reopened when
+        another process rebuilt it, rebuilt when it is missing, broken or the log no longer
+        joins it. Call under self._lock."""
+        index = self._index
+        state = read_state(self.folder) if self.folder is not None else None
+        if index is not None and self.folder is not None:
+            if state is None or state.get("generation") != index.generation:
+                index = None
+            elif state["seq"] != index.seq:
+                index.reload()
+        if index is None:
+            index = self._open()
+        oldest, head = self.source.log_bounds()
+        if index is None or index.seq < oldest - 1 or index.seq > head:
+            with self._exclusive():
+                index = self._open()  # another process may have rebuilt it meanwhile
+                oldest, head = self.source.log_bounds()
+                if index is None or index.seq < oldest - 1 or index.seq > head:
+                    index = self.rebuild()
+        if index is not self._index:
+            self._index = index
+            self._delta = TextDelta(base_seq=index.seq, seq=index.seq)
+        return index
+
+    def _open(self) -> TextIndex | None:
+        if self.folder is None:
+            return self._index
+        try:
+            return TextIndex.open(self.folder, self.source.store_id, title_repeat=self.title_repeat)
+        except IndexUnusable:
+            return None
+
+    def _catch_up(self) -> TextIndex:
+        """Commit every logged change into the index (under the file lock)."""
+        index = self._usable()
+        while True:
+            _oldest, head = self.source.log_bounds()
+            if index.seq >= head:
+                delta = self._delta.copy()
+                delta.rebase(index.seq)
+                self._delta = delta
+                return index
+            rowids, reached = self.source.changed_since(index.seq, CATCH_UP_BATCH)
+            if len(rowids) > 1000 and len(rowids) > REBUILD_SHARE * max(1, self.source.item_count()):
+                index = self.rebuild()
+                continue
+            docs = self.source.text_docs(rowids)
+            present = {d.rowid for d in docs}
+            index.apply(docs, [r for r in rowids if r not in present], reached)
+
+    def _start_worker(self) -> None:
+        if self._closed or (self._worker is not None and self._worker.is_alive()):
+            return
+        self._worker = threading.Thread(target=self._work, name="hybridkb-text-index", daemon=True)
+        self._worker.start()
+
+    def kick(self) -> None:
+        """After a write: fold it into the index in the background, so searches find a small
+        delta. Only an index that exists is updated this way; a missing one is built by
+        the next search (with its progress bar), never behind a writer's back."""
+        if self.background:
+            self._start_worker()
+
+    def _work(self) -> None:
+        """Background: fold the delta into the index. Searches go on meanwhile (tantivy's
+        commit releases the GIL); a failure here only leaves the delta for the next try."""
+        # Lock order: self._lock is never held while waiting for the file lock here (a search
+        # holds self._lock and may wait for the file lock: the other order would deadlock).
+        with contextlib.suppress(Exception):
+            with self._lock:
+                index = self._index
+            if index is None:
+                index = self._open()
+                if index is None:
+                    return
+                with self._lock:
+                    if self._index is None:
+                        self._index = index
+                        self._delta = TextDelta(base_seq=index.seq, seq=index.seq)
+                    index = self._index
+            with self._exclusive():
+                self._fold(index)
+
+    def _fold(self, index: TextIndex) -> None:
+        """Commit the logged changes into `index` (under the file lock)."""
+        while not self._closed:
+            oldest, head = self.source.log_bounds()
+            if index.seq >= head or index.seq < oldest - 1:
+                return
+            # A commit costs ~100 ms however small: under a stream of writes, wait a little
+            # so one commit takes many of them (searches meanwhile read the delta).
+            if time.monotonic() - self._last_commit < COMMIT_INTERVAL_S:
+                time.sleep(COMMIT_INTERVAL_S)
+                continue
+            rowids, reached = self.source.changed_since(index.seq, CATCH_UP_BATCH)
+            docs = self.source.text_docs(rowids)
+            present = {d.rowid for d in docs}
+            index.apply(docs, [r for r in rowids if r not in present], reached)
+            self._last_commit = time.monotonic()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Let a running background commit finish (its work is kept), start no other: the
+        worker stops after its current commit, and the log keeps the rest for the next open."""
+        self._closed = True
+        worker = self._worker
+        if worker is not None and worker.is_alive():
+            worker.join(timeout)
+
+    def rebuild(self) -> TextIndex:
+        """A new index from every item, published when complete (call under the file lock)."""
+        _, head = self.source.log_bounds()  # read first: later changes are replayed after
+        index = TextIndex.create(self.folder, self.source.store_id, title_repeat=self.title_repeat)
+        total = self.source.item_count()
+
+        def docs() -> Iterator[TextDoc]:
+            with self.progress(total, "text index") as bar:
+                for batch in self.source.iter_text_docs(2000):
+                    yield from batch
+                    bar.update(len(batch))
+
+        index.apply(docs(), (), head, fresh=True)
+        self.rebuilds += 1
+        self._index = index
+        self._delta = TextDelta(base_seq=index.seq, seq=index.seq)
+        return index
+
+    def disk_seq(self) -> int | None:
+        """The sequence the index on disk reflects (None: none there, or in memory)."""
+        if self.folder is None:
+            return None
+        state = read_state(self.folder)
+        return None if state is None else int(state["seq"])
+
+    def rebuild_now(self) -> TextIndex:
+        """Rebuild from the items whatever state the index is in (`check --repair`)."""
+        with self._lock, self._exclusive():
+            self.rebuild()
+            return self._catch_up()
+
+    def problems(self) -> list[str]:
+        """Why the index on disk could not answer as it is (empty when it can, or when it was
+        never built: the next search builds it)."""
+        if self.folder is None or not self.folder.exists():
+            return []
+        try:
+            index = TextIndex.open(self.folder, self.source.store_id, title_repeat=self.title_repeat)
+        except IndexUnusable as exc:
+            return [f"text index: {exc} (rebuilt from the items on the next search)"]
+        oldest, head = self.source.log_bounds()
+        if index.seq < oldest - 1 or index.seq > head:
+            return [f"text index reflects change {index.seq}, which the log no longer joins "
+                    f"(log holds {oldest}..{head}); rebuilt on the next search"]
+        return []

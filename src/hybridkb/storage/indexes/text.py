@@ -1,0 +1,243 @@
+"""The BM25 text index: a tantivy index in a folder beside the store, or in memory.
+
+A projection of the items, never a source of truth: it records the change-log
+sequence it reflects in a small state file written after each tantivy commit
+(a crash between the two only makes the next catch-up replay changes it already
+has, and replaying is idempotent: every change deletes the item's document by rowid
+and adds its current one). Several processes share one folder; whoever catches up
+holds the folder's lock file (see `sync.py`), readers reload to see a commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import tantivy
+
+from ...model import Filters
+from ...textquery import TextQuery
+from . import text_schema as ts
+from .text_delta import IndexStats
+
+STATE_FILE = "hkb-state.json"
+_WRITER_HEAP = 64_000_000
+_MAX_HITS = 100_000
+
+
+class IndexUnusable(Exception):
+    """The index folder is missing, damaged, of another format or of another store."""
+
+
+# e.g. "tantivy v0.27.0, index_format v7": an index another version wrote is rebuilt.
+_TANTIVY = str(getattr(tantivy, "__version__", "unknown"))
+
+
+def _format(repeat: int) -> dict[str, Any]:
+    return {"schema": ts.SCHEMA_VERSION, "tantivy": _TANTIVY, "title_repeat": repeat}
+
+
+class TextIndex:
+    """One tantivy index. `seq` is the change-log sequence its last commit reflects."""
+
+    def __init__(self, index: tantivy.Index, folder: Path | None, state: dict[str, Any]) -> None:
+        self._index = index
+        self._index.register_tokenizer(ts.ANALYZER, ts.analyzer())
+        self._analyzer = ts.analyzer()
+        self.schema = ts.build_schema()
+        self.folder = folder
+        self._state = state
+        self._avgdl: float | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, folder: Path | None, store_id: str, *, title_repeat: int = ts.TITLE_REPEAT
+               ) -> TextIndex:
+        """A new, empty index (an existing folder is wiped first)."""
+        state = {**_format(title_repeat), "store": store_id, "seq": 0, "generation": uuid.uuid4().hex}
+        if folder is None:
+            return cls(tantivy.Index(ts.build_schema()), None, state)
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        index = cls(tantivy.Index(ts.build_schema(), path=str(folder), reuse=False), folder, state)
+        index._write_state()
+        return index
+
+    @classmethod
+    def open(cls, folder: Path, store_id: str, *, title_repeat: int = ts.TITLE_REPEAT) -> TextIndex:
+        """The index in `folder`; IndexUnusable when it must be rebuilt."""
+        state = read_state(folder)
+        if state is None:
+            raise IndexUnusable(f"no text index state in {folder}")
+        wanted = _format(title_repeat)
+        if {k: state.get(k) for k in wanted} != wanted:
+            raise IndexUnusable(f"text index format {[state.get(k) for k in wanted]} "
+                                f"is not this version's {list(wanted.values())}")
+        if state.get("store") != store_id:
+            raise IndexUnusable("text index belongs to another store")
+        try:
+            index = tantivy.Index.open(str(folder))
+            out = cls(index, folder, state)
+            out._index.searcher()
+        except (OSError, ValueError) as exc:
+            raise IndexUnusable(f"text index is damaged: {exc}") from exc
+        return out
+
+    @property
+    def title_repeat(self) -> int:
+        return int(self._state.get("title_repeat", ts.TITLE_REPEAT))
+
+    @property
+    def seq(self) -> int:
+        return int(self._state["seq"])
+
+    @property
+    def generation(self) -> str:
+        return str(self._state["generation"])
+
+    def _write_state(self) -> None:
+        if self.folder is None:
+            return
+        tmp = self.folder / f"{STATE_FILE}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(self._state), encoding="utf-8")
+        os.replace(tmp, self.folder / STATE_FILE)
+
+    def reload(self) -> None:
+        """See the last commit of any process (and its state)."""
+        if self.folder is not None:
+            state = read_state(self.folder)
+            if state is not None:
+                self._state = state
+        self._index.reload()
+        self._avgdl = None
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def apply(self, docs: Iterable[ts.TextDoc], removed: Iterable[int], seq: int,
+              *, fresh: bool = False) -> int:
+        """Make the index hold `docs` (replacing any document of the same rowid) and no
+        document of the `removed` rowids, then commit and record `seq`. `fresh` skips the
+        deletes (a rebuild into an empty index). Returns how many documents were added."""
+        writer = self._index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+        added = 0
+        try:
+            if not fresh:
+                for rowid in removed:
+                    writer.delete_documents_by_term("rowid", int(rowid))
+            for doc in docs:
+                if not fresh:
+                    writer.delete_documents_by_term("rowid", doc.rowid)
+                writer.add_document(ts.to_document(self.schema, doc, self.title_repeat))
+                added += 1
+            writer.commit()
+            writer.wait_merging_threads()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                writer.rollback()
+            raise
+        finally:
+            del writer  # drops tantivy's writer lock for other processes
+        # Reload before the new sequence shows: a search that sees the sequence (and drops
+        # those writes from its delta) must also see the commit.
+        self._index.reload()
+        self._avgdl = None
+        self._state = {**self._state, "seq": int(seq)}
+        self._write_state()
+        return added
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def analyze(self, text: str) -> list[str]:
+        """Text as the index's analyzer tokenizes it."""
+        return list(self._analyzer.analyze(text))
+
+    def stats(self, query: TextQuery) -> IndexStats:
+        """Document count, average body length and document frequencies, for scoring the
+        delta alike. tantivy-py shows the average length only in a score explanation, so
+        one is asked for (of the query's first indexed term) and kept until the next reload."""
+        searcher = self._index.searcher()
+        docs = int(searcher.num_docs)
+        if self._avgdl is None and docs:
+            for term in query.terms:
+                toks = [t for w in term for t in self._analyzer.analyze(w)]
+                if not toks or not searcher.doc_freq("body", toks[0]):
+                    continue
+                q = tantivy.Query.term_query(self.schema, "body", toks[0], index_option="freq")
+                hits = searcher.search(q, 1, count=False).hits
+                if hits:
+                    self._avgdl = _avgdl(json.loads(q.explain(searcher, hits[0][1]).to_json()))
+                    break
+        return IndexStats(docs=docs, avgdl=self._avgdl or 0.0,
+                          doc_freq=lambda tok: int(searcher.doc_freq("body", tok)))
+
+    def search(
+        self, query: TextQuery, *, corpora: Sequence[str] | None, filters: Filters, now: float,
+        limit: int, rowids: Sequence[int] | None = None, exclude: Sequence[int] = (),
+    ) -> list[tuple[int, float]]:
+        """(rowid, BM25 score) best first, ties by rowid; filters applied inside the index;
+        `exclude`d rowids (those the delta holds newer versions of) never come back."""
+        if limit <= 0 or query.is_empty:
+            return []
+        terms = ts.term_queries(self.schema, query, self._analyzer.analyze)
+        if not terms:
+            return []
+        clauses = ts.filter_clauses(self.schema, corpora, filters, now, rowids)
+        if exclude:
+            clauses.append((tantivy.Occur.MustNot, tantivy.Query.term_set_query(
+                self.schema, "rowid", [int(r) for r in exclude])))
+        searcher = self._index.searcher()
+        result = searcher.search(ts.search_query(self.schema, terms, clauses),
+                                 min(limit, _MAX_HITS), count=False)
+        if not result.hits:
+            return []
+        rowids_found = searcher.fast_field_values("rowid", [addr for _, addr in result.hits])
+        pairs = [(int(r), float(s)) for (s, _), r in zip(result.hits, rowids_found, strict=True)
+                 if r is not None]
+        pairs.sort(key=lambda p: (-p[1], p[0]))
+        return pairs
+
+    def doc_count(self) -> int:
+        return int(self._index.searcher().num_docs)
+
+    def all_rowids(self) -> list[int]:
+        """Every rowid the index holds (for consistency checks)."""
+        searcher = self._index.searcher()
+        n = searcher.num_docs
+        if n == 0:
+            return []
+        result = searcher.search(tantivy.Query.all_query(), n, count=False)
+        return [int(r) for r in searcher.fast_field_values("rowid", [a for _, a in result.hits])
+                if r is not None]
+
+    def doc_freq(self, word: str) -> int:
+        """Documents holding an analyzed form of `word` (scoped BM25 statistics start here)."""
+        toks = self._analyzer.analyze(word)
+        return int(self._index.searcher().doc_freq("body", toks[0])) if toks else 0
+
+
+def read_state(folder: Path) -> dict[str, Any] | None:
+    try:
+        state = json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) and isinstance(state.get("seq"), int) else None
+
+
+def _avgdl(explanation: Any) -> float | None:
+    """The "avgdl" value inside a tantivy score explanation (JSON), if any."""
+    if isinstance(explanation, dict):
+        if str(explanation.get("description", "")).startswith("avgdl"):
+            return float(explanation["value"])
+        for child in explanation.get("details", []) or []:
+            found = _avgdl(child)
+            if found is not None:
+                return found
+    return None

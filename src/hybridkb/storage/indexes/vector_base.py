@@ -1,0 +1,230 @@
+"""One published generation of the vector index: files written once, then only read.
+
+A generation folder holds the item vectors as a float32 matrix in rowid order
+(`matrix.f32`, memory-mapped: exact scans over a filter's rows gather just those
+pages), the rowids (`rowids.i64`), the attributes the default filters test (corpus
+code, expiry, staleness: masks, so the common search needs no SQL) and, past
+`ANN_MIN_ROWS`, a usearch HNSW graph (`ann.usearch`, f16, opened as a memory-mapped
+view). Nothing is loaded whole: opening a generation maps its files. A generation is
+built in a temporary folder and published by renaming it into place; the store then
+records it (see vectors.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ...progress import ProgressFactory, no_progress
+
+Vector = npt.NDArray[np.float32]
+RowIds = npt.NDArray[np.int64]
+
+FORMAT = 2
+# Below this many vectors a base keeps no graph: an exact scan of the mapped matrix is
+# fast enough (about 2.5 ms at 20k x 384 on our 2-core machines) and exact.
+ANN_MIN_ROWS = 30_000
+# HNSW settings chosen by measured recall@10 against exact (docs/benchmarks.md): f16
+# storage, 16 links, ef 128 when adding and at least 128 when searching.
+ANN_DTYPE = "f16"
+CONNECTIVITY = 16
+EF_ADD = 128
+EF_SEARCH = 128
+
+
+class BaseUnusable(Exception):
+    """A generation folder is missing or damaged."""
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Rows for a build or the delta: ascending rowids, unit vectors and filter attributes."""
+
+    rowids: RowIds
+    vectors: Vector
+    corpora: list[str]
+    expires: npt.NDArray[np.float64]  # +inf: never
+    stale: npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """The default filters as masks: corpora (None: all), the clock, and what to include."""
+
+    corpora: tuple[str, ...] | None
+    now: float
+    include_expired: bool
+    include_stale: bool
+
+    def mask(self, corpora: Any, expires: Any, stale: Any) -> npt.NDArray[np.bool_]:
+        keep = np.ones(len(expires), dtype=bool)
+        if self.corpora is not None:
+            keep &= np.isin(corpora, list(self.corpora))
+        if not self.include_expired:
+            keep &= np.asarray(expires) > self.now
+        if not self.include_stale:
+            keep &= ~np.asarray(stale, dtype=bool)
+        return keep
+
+
+@dataclass(slots=True)
+class VectorBase:
+    folder: Path
+    seq: int
+    dim: int
+    rowids: RowIds
+    matrix: npt.NDArray[np.float32]
+    ann: Any | None  # usearch.index.Index view
+    corpus_codes: npt.NDArray[np.int32]
+    corpus_names: list[str]
+    expires: npt.NDArray[np.float64]
+    stale: npt.NDArray[np.uint8]
+
+    def allowed(self, wanted: Wanted, positions: npt.NDArray[np.int64] | None = None
+                ) -> npt.NDArray[np.bool_]:
+        """Which rows (all, or those at `positions`) the default filters keep."""
+        sel: Any = slice(None) if positions is None else positions
+        codes = None
+        if wanted.corpora is not None:
+            names = {c: i for i, c in enumerate(self.corpus_names)}
+            codes = [names[c] for c in wanted.corpora if c in names]
+        clock = Wanted(None, wanted.now, wanted.include_expired, wanted.include_stale)
+        keep: npt.NDArray[np.bool_] = clock.mask(None, self.expires[sel], self.stale[sel])
+        if codes is not None:
+            keep &= np.isin(self.corpus_codes[sel], codes)
+        return keep
+
+    @classmethod
+    def open(cls, folder: Path, *, with_ann: bool = True) -> VectorBase:
+        try:
+            meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+            if meta.get("format") != FORMAT:
+                raise BaseUnusable(f"vector base format {meta.get('format')} is not {FORMAT}")
+            n, dim = int(meta["n"]), int(meta["dim"])
+
+            def mapped(name: str, dtype: Any, shape: tuple[int, ...]) -> Any:
+                return np.memmap(folder / name, dtype=dtype, mode="r", shape=shape) if n else \
+                    np.zeros(shape, dtype=dtype)
+
+            rowids = mapped("rowids.i64", np.int64, (n,))
+            matrix = mapped("matrix.f32", np.float32, (n, dim))
+            codes = mapped("corpus.i32", np.int32, (n,))
+            expires = mapped("expires.f64", np.float64, (n,))
+            stale = mapped("stale.u8", np.uint8, (n,))
+            ann = None
+            if with_ann and meta.get("ann") and (folder / "ann.usearch").exists():
+                from usearch.index import Index
+
+                ann = Index.restore(str(folder / "ann.usearch"), view=True)
+                if ann is None or len(ann) != n:
+                    raise BaseUnusable("vector graph does not match the matrix")
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+            raise BaseUnusable(f"vector base {folder.name} is damaged: {exc}") from exc
+        return cls(folder, int(meta["seq"]), dim, np.asarray(rowids), matrix, ann, np.asarray(codes),
+                   list(meta.get("corpora", [])), np.asarray(expires), np.asarray(stale))
+
+    def __len__(self) -> int:
+        return len(self.rowids)
+
+    def positions(self, rowids: RowIds) -> npt.NDArray[np.int64]:
+        """Positions of the given sorted rowids that the base holds."""
+        if len(self.rowids) == 0 or len(rowids) == 0:
+            return np.zeros(0, dtype=np.int64)
+        pos = np.searchsorted(self.rowids, rowids)
+        pos = np.minimum(pos, len(self.rowids) - 1)
+        out: npt.NDArray[np.int64] = pos[self.rowids[pos] == rowids].astype(np.int64)
+        return out
+
+    def exact(self, query: Vector, positions: npt.NDArray[np.int64] | None) -> tuple[RowIds, Vector]:
+        """Cosine similarity of every row (or of `positions`): vectors are stored unit-length."""
+        if positions is None:
+            return np.asarray(self.rowids), np.asarray(self.matrix @ query, dtype=np.float32)
+        block = self.matrix[positions]
+        return np.asarray(self.rowids[positions]), np.asarray(block @ query, dtype=np.float32)
+
+    def nearest(self, query: Vector, count: int) -> tuple[RowIds, Vector]:
+        """The graph's `count` nearest rows (similarity = 1 - cosine distance)."""
+        if self.ann is None:
+            return self.exact(query, None)
+        self.ann.expansion_search = max(EF_SEARCH, count)
+        found = self.ann.search(query, min(count, len(self)))
+        return (np.asarray(found.keys, dtype=np.int64),
+                (1.0 - np.asarray(found.distances, dtype=np.float32)).astype(np.float32))
+
+
+def _unit(matrix: Vector) -> Vector:
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    out: Vector = (matrix / norms).astype(np.float32)
+    return out
+
+
+def build(
+    folder: Path, dim: int, seq: int, batches: Iterable[Batch], total: int,
+    *, ann: bool | None = None, progress: ProgressFactory = no_progress, threads: int = 1,
+) -> None:
+    """Write a generation into `folder` (created; must not exist) from batches in
+    ascending rowid order. `ann` None: a graph past ANN_MIN_ROWS."""
+    tmp = folder.with_name(folder.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    n = 0
+    last = -1
+    names: dict[str, int] = {}
+    files = {name: open(tmp / name, "wb")  # noqa: SIM115 - closed below
+             for name in ("rowids.i64", "matrix.f32", "corpus.i32", "expires.f64", "stale.u8")}
+    try:
+        with progress(total, "vector index: copy") as bar:
+            for b in batches:
+                if len(b.rowids) == 0:
+                    continue
+                if b.rowids[0] <= last or np.any(np.diff(b.rowids) <= 0):
+                    raise ValueError("vector batches must come in ascending rowid order")
+                last = int(b.rowids[-1])
+                codes = np.fromiter((names.setdefault(c, len(names)) for c in b.corpora), dtype=np.int32,
+                                    count=len(b.corpora))
+                files["rowids.i64"].write(np.ascontiguousarray(b.rowids, dtype=np.int64).tobytes())
+                # as stored (unit length already, codec.normalized): renormalizing would move
+                # the last bits and reorder ties against the other dialect and the delta
+                files["matrix.f32"].write(np.ascontiguousarray(b.vectors, dtype=np.float32).tobytes())
+                files["corpus.i32"].write(codes.tobytes())
+                files["expires.f64"].write(np.asarray(b.expires, dtype=np.float64).tobytes())
+                files["stale.u8"].write(np.asarray(b.stale, dtype=np.uint8).tobytes())
+                n += len(b.rowids)
+                bar.update(len(b.rowids))
+        for f in files.values():
+            f.flush()
+            os.fsync(f.fileno())
+    finally:
+        for f in files.values():
+            f.close()
+    with_ann = (n >= ANN_MIN_ROWS) if ann is None else (ann and n > 0)
+    if with_ann:
+        from usearch.index import Index
+
+        rowids_all = np.memmap(tmp / "rowids.i64", dtype=np.int64, mode="r", shape=(n,))
+        matrix = np.memmap(tmp / "matrix.f32", dtype=np.float32, mode="r", shape=(n, dim))
+        graph = Index(ndim=dim, metric="cos", dtype=ANN_DTYPE, connectivity=CONNECTIVITY,
+                      expansion_add=EF_ADD, expansion_search=EF_SEARCH)
+        step = 10_000
+        with progress(n, "vector index: graph") as bar:
+            for start in range(0, n, step):
+                stop = min(n, start + step)
+                graph.add(np.asarray(rowids_all[start:stop]).astype(np.uint64),
+                          np.asarray(matrix[start:stop]), threads=threads)
+                bar.update(stop - start)
+        graph.save(str(tmp / "ann.usearch"))
+        del graph, rowids_all, matrix
+    (tmp / "meta.json").write_text(json.dumps(
+        {"format": FORMAT, "n": n, "dim": dim, "seq": seq, "ann": with_ann,
+         "corpora": sorted(names, key=names.__getitem__)}), encoding="utf-8")
+    os.replace(tmp, folder)

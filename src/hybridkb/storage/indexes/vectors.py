@@ -1,0 +1,354 @@
+"""The vector index of one store: a published base generation plus an exact delta.
+
+The base (vector_base.py) is files written once and memory-mapped; the store records
+which generation is current and the change-log sequence it reflects. Vectors written
+after that sequence form the delta: read from the store by rowid, kept in memory and
+searched exactly, their older versions in the base skipped. When the delta grows past a
+few percent of the base, or the base lacks the graph its size calls for, a background
+thread builds the next generation from the store and publishes it (rename, then one
+row in the store), so writes and searches never wait for a graph build. Only a store
+with no usable base at all builds one before answering (a flat copy, no graph).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from ...progress import ProgressFactory, no_progress
+from . import vector_base
+from .sync import _file_lock
+from .vector_base import BaseUnusable, Batch, RowIds, Vector, VectorBase, Wanted
+
+# The graph answers when the default filters keep at least this share of the base (it
+# over-fetches limit / share); a narrower mask is an exact scan of its rows.
+ANN_MIN_SHARE = 0.2
+DELTA_MIN = 2_000  # the delta may grow to max(DELTA_MIN, DELTA_SHARE x base) before a rebuild
+DELTA_SHARE = 0.05
+ANN_MODES = ("auto", "on", "off")
+
+
+class VectorSource(Protocol):
+    store_id: str
+
+    def log_bounds(self) -> tuple[int, int]: ...
+    def vector_changes(self, seq: int, limit: int) -> tuple[list[tuple[int, int]], int]: ...
+    def vectors(self, rowids: Sequence[int], dim: int) -> Batch: ...
+    def iter_vectors(self, dim: int, batch_size: int = 4096) -> Iterator[Batch]: ...
+    def vector_count(self) -> int: ...
+    def published(self, name: str) -> tuple[str, int, int] | None: ...
+    def publish(self, name: str, generation: str, seq: int, dim: int) -> None: ...
+
+
+@dataclass(slots=True)
+class VectorDelta:
+    """Rowid -> its current row (None: deleted or without a vector), for changes after `seq0`."""
+
+    seq0: int
+    seq: int
+    rows: dict[int, tuple[Vector, str, float, bool] | None] = field(default_factory=dict)
+    _live: Batch | None = None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def update(self, rowids: Sequence[int], found: Batch) -> None:
+        have = {int(r): i for i, r in enumerate(found.rowids)}
+        for r in rowids:
+            i = have.get(int(r))
+            self.rows[int(r)] = None if i is None else (
+                found.vectors[i], found.corpora[i], float(found.expires[i]), bool(found.stale[i]))
+        self._live = None
+
+    def live(self) -> Batch:
+        """The delta's rows that have a vector, as arrays (kept until the next update)."""
+        if self._live is None:
+            rows = sorted((r, v) for r, v in self.rows.items() if v is not None)
+            self._live = Batch(
+                rowids=np.array([r for r, _ in rows], dtype=np.int64),
+                vectors=(np.vstack([v[0] for _, v in rows]).astype(np.float32) if rows
+                         else np.zeros((0, 0), dtype=np.float32)),
+                corpora=[v[1] for _, v in rows],
+                expires=np.array([v[2] for _, v in rows], dtype=np.float64),
+                stale=np.array([v[3] for _, v in rows], dtype=bool))
+        return self._live
+
+
+class VectorIndexSync:
+    """Base + delta for one store and one dimension; see the module docstring."""
+
+    NAME = "vectors"
+
+    def __init__(self, folder: Path | None, source: VectorSource, *, ann: str = "auto",
+                 progress: ProgressFactory = no_progress, background: bool = True) -> None:
+        if ann not in ANN_MODES:
+            raise ValueError(f"vector_ann must be one of {', '.join(ANN_MODES)}, not {ann!r}")
+        self.folder = folder  # None: a ":memory:" store keeps everything in the delta
+        self.source = source
+        self.ann = ann
+        self.progress = progress
+        self.background = background and ann == "auto"
+        self._lock = threading.RLock()
+        self._base: VectorBase | None = None
+        self._base_key: tuple[str, int, int] | None = None
+        self._delta: VectorDelta | None = None
+        self._worker: threading.Thread | None = None
+        self._closed = False
+        self.builds = 0
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def view(self, dim: int, *, read_only: bool = False) -> tuple[VectorBase | None, VectorDelta]:
+        """The current base (None: everything is in the delta) and the delta after it.
+        `read_only`: the store takes no writes (a newer schema, damage), so no base is
+        published; without one, every vector is read into the delta."""
+        with self._lock:
+            base = self._current_base(dim)
+            if base is None and read_only:
+                if self._delta is None or self._delta.seq0 != -1:
+                    delta = VectorDelta(-1, self.source.log_bounds()[1])
+                    for batch in self.source.iter_vectors(dim):
+                        delta.update([int(r) for r in batch.rowids], batch)
+                    self._delta = delta
+                return None, self._delta
+            if base is None and self.folder is not None and self.source.vector_count() > 0:
+                with self._exclusive("build"):
+                    base = self._current_base(dim)
+                    if base is None:
+                        self._build(dim, ann=self._wants_ann_now())
+                        base = self._current_base(dim)
+            if base is not None and self.folder is not None:
+                _, head = self.source.log_bounds()
+                if head - base.seq > max(50_000, len(base) // 2):
+                    # e.g. a re-embedding rewrote every vector: a delta that size would be the
+                    # whole store in memory, so build a flat base first (the graph follows)
+                    with self._exclusive("build"):
+                        if self._current_base(dim) is base:
+                            self._build(dim, ann=self._wants_ann_now())
+                        base = self._current_base(dim)
+            seq0 = base.seq if base is not None else 0
+            if self._delta is None or self._delta.seq0 != seq0:
+                self._delta = VectorDelta(seq0, seq0)
+            _, head = self.source.log_bounds()
+            if self._delta.seq < head:  # copy, then change: searches keep the delta they got
+                delta = VectorDelta(self._delta.seq0, self._delta.seq, dict(self._delta.rows))
+                self._advance(delta, dim)
+                self._delta = delta
+            if self._needs_rebuild(base, self._delta):
+                if self.background:
+                    self._start_worker(dim)
+                elif self.folder is not None:
+                    with self._exclusive("build"):
+                        self._build(dim, ann=self._wants_ann(self.source.vector_count()))
+                    return self.view(dim)
+            return base, self._delta
+
+    def _current_base(self, dim: int) -> VectorBase | None:
+        if self.folder is None:
+            return None
+        row = self.source.published(self.NAME)
+        if row is None or row[2] != dim:
+            self._base, self._base_key = None, None
+            return None
+        if row != self._base_key:
+            try:
+                self._base = VectorBase.open(self.folder / row[0])
+                self._base_key = row
+            except BaseUnusable:
+                self._base, self._base_key = None, None
+        return self._base
+
+    def _advance(self, delta: VectorDelta, dim: int) -> None:
+        _, head = self.source.log_bounds()
+        while delta.seq < head:
+            changes, reached = self.source.vector_changes(delta.seq, 50_000)
+            rowids = list(dict.fromkeys(r for _, r in changes))
+            delta.update(rowids, self.source.vectors(rowids, dim))
+            delta.seq = reached
+
+    # -- rebuilding -----------------------------------------------------------------------------
+
+    def _wants_ann(self, n: int) -> bool | None:
+        return {"on": True, "off": False}.get(self.ann, n >= vector_base.ANN_MIN_ROWS)
+
+    def _wants_ann_now(self) -> bool:
+        # Only a forced graph is built before answering; "auto" adds it in the background.
+        return self.ann == "on"
+
+    def _needs_rebuild(self, base: VectorBase | None, delta: VectorDelta) -> bool:
+        if self.folder is None or base is None:
+            return False
+        if len(delta) > max(DELTA_MIN, DELTA_SHARE * len(base)):
+            return True
+        return bool(self._wants_ann(len(base))) and base.ann is None
+
+    def _start_worker(self, dim: int) -> None:
+        if self._closed or (self._worker is not None and self._worker.is_alive()):
+            return
+        self._worker = threading.Thread(target=self._work, args=(dim,), name="hybridkb-vector-index",
+                                        daemon=True)
+        self._worker.start()
+
+    def _work(self, dim: int) -> None:
+        with contextlib.suppress(Exception), self._exclusive("build", wait=False) as got:
+            if got and not self._closed:
+                self._build(dim, ann=self._wants_ann(self.source.vector_count()))
+
+    def _build(self, dim: int, *, ann: bool | None) -> None:
+        """Write the next generation from the store and publish it (under the build lock)."""
+        assert self.folder is not None
+        _, head = self.source.log_bounds()  # read first: later writes stay in the delta
+        generation = f"g{head:012d}-{uuid.uuid4().hex[:8]}"
+        target = self.folder / generation
+        self.folder.mkdir(parents=True, exist_ok=True)
+        vector_base.build(target, dim, head, self.source.iter_vectors(dim), self.source.vector_count(),
+                          ann=ann, progress=self.progress)
+        old = self.source.published(self.NAME)
+        self.source.publish(self.NAME, generation, head, dim)
+        self.builds += 1
+        for stale in self.folder.iterdir():  # mapped files stay readable for whoever has them
+            if stale.name not in (generation, old[0] if old else "") and stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def _exclusive(self, what: str, *, wait: bool = True) -> Iterator[bool]:
+        if self.folder is None:
+            yield True
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if wait:
+            with _file_lock(self.folder / f"{what}.lock"):
+                yield True
+            return
+        with _try_lock(self.folder / f"{what}.lock") as got:
+            yield got
+
+    def build_now(self, dim: int) -> None:
+        """Build and publish a new generation before returning (benchmarks, repair)."""
+        if self.folder is None:
+            return
+        with self._lock, self._exclusive("build"):
+            self._build(dim, ann=self._wants_ann(self.source.vector_count()))
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for a background build to finish."""
+        worker = self._worker
+        if worker is not None:
+            worker.join(timeout)
+
+    def close(self) -> None:
+        self._closed = True
+
+    def problems(self, dim: int | None) -> list[str]:
+        if self.folder is None or dim is None:
+            return []
+        row = self.source.published(self.NAME)
+        if row is None:
+            return []
+        try:
+            base = VectorBase.open(self.folder / row[0])
+        except BaseUnusable as exc:
+            return [f"vector index: {exc} (rebuilt from the stored vectors on the next search)"]
+        oldest, head = self.source.log_bounds()
+        if base.seq < oldest - 1 or base.seq > head:
+            return [f"vector index reflects change {base.seq}, which the log no longer joins"]
+        return []
+
+
+@contextlib.contextmanager
+def _try_lock(path: Path) -> Iterator[bool]:
+    """A non-blocking exclusive lock: yields False when another holder has it."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover
+        yield True
+        return
+    handle: Any = open(path, "a+b")  # noqa: SIM115 - held for the block
+    try:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    finally:
+        handle.close()
+
+
+Scored = list[tuple[int, float]]
+
+
+def _top(rowids: RowIds, scores: Vector, k: int) -> Scored:
+    if k <= 0 or rowids.size == 0:
+        return []
+    if k < scores.size:
+        idx = np.argpartition(-scores, k - 1)[:k]
+        rowids, scores = rowids[idx], scores[idx]
+    return [(int(r), float(s)) for r, s in zip(rowids, scores, strict=True)]
+
+
+def _merge(parts: list[Scored], limit: int) -> Scored:
+    merged = [p for part in parts for p in part]
+    merged.sort(key=lambda p: (-p[1], p[0]))
+    return merged[:limit]
+
+
+def knn(
+    base: VectorBase | None, delta: VectorDelta, query: Vector, limit: int, *, wanted: Wanted,
+    rows: RowIds | None = None,
+) -> Scored:
+    """Top `limit` (rowid, cosine) over base and delta.
+
+    `wanted` (corpora, expiry, staleness) is a mask over both; `rows` (sorted), when
+    given, is the only rowids a further filter allows (an exact scan of them). Otherwise
+    the graph answers when the mask keeps enough of the base for its over-fetch to hold
+    recall; a narrow mask, or a base without a graph, is an exact scan of the masked rows.
+    """
+    d = delta.live()
+    changed = np.fromiter(delta.rows.keys(), dtype=np.int64, count=len(delta.rows))
+    parts: list[Scored] = []
+    if d.rowids.size:
+        keep = wanted.mask(d.corpora, d.expires, d.stale)
+        if rows is not None:
+            keep &= np.isin(d.rowids, rows)
+        parts.append(_top(d.rowids[keep], d.vectors[keep] @ query, limit))
+    if base is None or not len(base):
+        return _merge(parts, limit)
+    if rows is not None:
+        allowed = rows[~np.isin(rows, changed)] if changed.size else rows
+        pos = base.positions(allowed)
+        pos = pos[base.allowed(wanted, pos)]
+        parts.append(_top(*base.exact(query, pos), limit))
+        return _merge(parts, limit)
+    mask = base.allowed(wanted)
+    if changed.size:
+        mask &= ~np.isin(base.rowids, changed)
+    share = float(mask.mean()) if mask.size else 0.0
+    if base.ann is not None and share >= ANN_MIN_SHARE:
+        count = int(np.ceil(2 * limit / share)) + 10
+        while count < len(base):
+            keys, scores = base.nearest(query, count)
+            ok = mask[np.searchsorted(base.rowids, keys)]
+            if int(ok.sum()) >= limit:
+                parts.append(_top(keys[ok], scores[ok], limit))
+                return _merge(parts, limit)
+            count *= 4
+    if share > 0.5:
+        rowids, scores = base.exact(query, None)
+        scores = np.where(mask, scores, -np.inf).astype(np.float32)
+        keep_rows = mask
+        parts.append(_top(rowids[keep_rows], scores[keep_rows], limit))
+    else:
+        parts.append(_top(*base.exact(query, np.flatnonzero(mask).astype(np.int64)), limit))
+    return _merge(parts, limit)

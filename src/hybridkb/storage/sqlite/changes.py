@@ -1,0 +1,162 @@
+"""The SQLite side of the derived indexes: the change log and the items read as documents.
+
+The `changes` table (migration 004) is filled by triggers in the same transaction as the
+write, so a committed write always has its sequence number and a rolled-back one never
+does. This module only reads it (and prunes what every index has passed).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import codec
+from ..indexes.text_schema import TextDoc
+from ..indexes.vector_base import Batch
+
+Read = Callable[[str, Sequence[Any]], list[Any]]
+
+_MAX_VARS = 500
+_DOC_COLUMNS = ("rowid, title, text, corpus, kind, scope, repo, namespace, metadata, created_at, "
+                "updated_at, expires_at, stale")
+_TEXT_OPS = "('i', 'u', 'd')"
+# Vectors and the attributes the vector index masks on (corpus, expiry, staleness).
+_VECTOR_OPS = "('i', 'u', 'v', 'd')"
+
+
+def _doc(row: Sequence[Any]) -> TextDoc:
+    try:
+        metadata = json.loads(row[8] or "{}")
+    except ValueError:
+        metadata = {}
+    return TextDoc(
+        rowid=int(row[0]), title=row[1], text=row[2] or "", corpus=row[3], kind=row[4], scope=row[5],
+        repo=row[6], namespace=row[7], metadata=metadata if isinstance(metadata, dict) else {},
+        created_at=float(row[9] or 0.0), updated_at=float(row[10] or 0.0),
+        expires_at=row[11], stale=bool(row[12]))
+
+
+class SQLiteChanges:
+    """indexes.sync.ChangeSource over one SQLite store (reads through the backend's lock)."""
+
+    def __init__(self, read: Read, write: Callable[[], Any], store_id: str,
+                 connect: Callable[[], Any] | None = None) -> None:
+        self._read = read
+        self._write = write  # the backend's write transaction (a context manager)
+        self._connect = connect  # a new connection, for long reads (None: ":memory:")
+        self.store_id = store_id
+
+    def published(self, name: str) -> tuple[str, int, int] | None:
+        rows = self._read("SELECT generation, seq, dim FROM derived_indexes WHERE name = ?", (name,))
+        return (str(rows[0][0]), int(rows[0][1]), int(rows[0][2])) if rows else None
+
+    def publish(self, name: str, generation: str, seq: int, dim: int) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO derived_indexes (name, generation, seq, dim) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET generation = excluded.generation, "
+                "seq = excluded.seq, dim = excluded.dim", (name, generation, int(seq), int(dim)))
+
+    def log_bounds(self) -> tuple[int, int]:
+        oldest, head = self._read(
+            "SELECT (SELECT min(seq) FROM changes), "
+            "(SELECT seq FROM sqlite_sequence WHERE name = 'changes')", ())[0]
+        head = int(head or 0)
+        return (int(oldest) if oldest is not None else head + 1), head
+
+    def _changed(self, ops: str, seq: int, limit: int) -> tuple[list[tuple[int, int]], int]:
+        _, head = self.log_bounds()
+        rows = self._read(
+            f"SELECT seq, item_rowid FROM changes WHERE seq > ? AND seq <= ? AND op IN {ops} "
+            f"ORDER BY seq LIMIT ?", (seq, head, limit))
+        reached = int(rows[-1][0]) if len(rows) == limit else head
+        return [(int(r[0]), int(r[1])) for r in rows], reached
+
+    def changed_since(self, seq: int, limit: int) -> tuple[list[int], int]:
+        pairs, reached = self.text_changes(seq, limit)
+        return list(dict.fromkeys(r for _, r in pairs)), reached
+
+    def text_changes(self, seq: int, limit: int) -> tuple[list[tuple[int, int]], int]:
+        return self._changed(_TEXT_OPS, seq, limit)
+
+    def vector_changes(self, seq: int, limit: int) -> tuple[list[tuple[int, int]], int]:
+        return self._changed(_VECTOR_OPS, seq, limit)
+
+    def text_docs(self, rowids: Sequence[int]) -> list[TextDoc]:
+        docs: list[TextDoc] = []
+        for i in range(0, len(rowids), _MAX_VARS):
+            chunk = list(rowids[i : i + _MAX_VARS])
+            docs.extend(_doc(r) for r in self._read(
+                f"SELECT {_DOC_COLUMNS} FROM items WHERE rowid IN ({','.join('?' * len(chunk))})",
+                chunk))
+        return docs
+
+    def item_count(self) -> int:
+        return int(self._read("SELECT count(*) FROM items", ())[0][0])
+
+    def iter_text_docs(self, batch_size: int) -> Iterator[list[TextDoc]]:
+        last = 0
+        while True:
+            rows = self._read(f"SELECT {_DOC_COLUMNS} FROM items WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                              (last, batch_size))
+            if not rows:
+                return
+            last = int(rows[-1][0])
+            yield [_doc(r) for r in rows]
+
+    def item_rowids(self) -> list[int]:
+        return [int(r[0]) for r in self._read("SELECT rowid FROM items ORDER BY rowid", ())]
+
+    # -- vectors --------------------------------------------------------------------------------
+
+    def vectors(self, rowids: Sequence[int], dim: int) -> Batch:
+        """The rows of `rowids` that have a vector, ascending, with their filter attributes.
+        Items drive the join, so vec0 is asked one rowid at a time (its index), never scanned."""
+        wanted = sorted({int(r) for r in rowids})
+        rows: list[Any] = []
+        for i in range(0, len(wanted), _MAX_VARS):
+            chunk = wanted[i : i + _MAX_VARS]
+            rows.extend(self._read(
+                _VECTOR_ROW + f" WHERE i.rowid IN ({','.join('?' * len(chunk))}) ORDER BY i.rowid", chunk))
+        return _batch(rows, dim)
+
+    def iter_vectors(self, dim: int, batch_size: int = 4096) -> Iterator[Batch]:
+        """Every vector in rowid order, read on a connection of its own in one transaction
+        (a consistent snapshot that never holds the store's lock)."""
+        if self._connect is None:
+            return
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN")
+            cursor = conn.execute(_VECTOR_ROW + " ORDER BY i.rowid")
+            while rows := cursor.fetchmany(batch_size):
+                yield _batch(rows, dim)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+
+    def vector_count(self) -> int:
+        return int(self._read("SELECT count(*) FROM items WHERE embedded_hash IS NOT NULL", ())[0][0])
+
+
+# Items drive the scan (CROSS JOIN keeps them outer): rowid order comes free and vec0 is
+# only asked for one rowid at a time.
+_VECTOR_ROW = ("SELECT i.rowid, v.embedding, i.corpus, i.expires_at, i.stale "
+               "FROM items i CROSS JOIN vec_items v ON v.rowid = i.rowid")
+
+
+def _batch(rows: Sequence[Any], dim: int) -> Batch:
+    return Batch(
+        rowids=np.array([r[0] for r in rows], dtype=np.int64),
+        vectors=codec.matrix_from_blobs([r[1] for r in rows], dim),
+        corpora=[r[2] for r in rows],
+        expires=np.array([np.inf if r[3] is None else float(r[3]) for r in rows], dtype=np.float64),
+        stale=np.array([bool(r[4]) for r in rows], dtype=bool))
+
+
+def prune(conn: Any, through: int) -> int:
+    """Drop log rows every derived index has passed (inside the caller's write transaction)."""
+    return int(conn.execute("DELETE FROM changes WHERE seq <= ?", (int(through),)).rowcount)

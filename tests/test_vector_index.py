@@ -1,0 +1,176 @@
+"""SQLite's derived vector index: a memory-mapped base (flat or HNSW) plus an exact delta.
+
+Every answer is compared with brute force over the vectors SQLite holds.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hybridkb
+from hybridkb import HashingEmbedder, KnowledgeBase
+from hybridkb.model import now_ts, parse_filters
+from hybridkb.storage.contract import SearchArea
+from hybridkb.storage.indexes import vectors as vectors_mod
+
+DIM = 32
+
+
+def unit_rows(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    m = rng.standard_normal((n, DIM)).astype(np.float32)
+    return m / np.linalg.norm(m, axis=1, keepdims=True)
+
+
+def open_kb(path: Path, **options: object) -> KnowledgeBase:
+    return hybridkb.open(str(path), embedder=HashingEmbedder(DIM), **options)  # type: ignore[arg-type]
+
+
+def fill(kb: KnowledgeBase, n: int, seed: int = 1, prefix: str = "v") -> np.ndarray:
+    m = unit_rows(n, seed)
+    kb.add_many([{"id": f"{prefix}{i}", "text": f"item {i}", "vector": m[i],
+                  "kind": "decision" if i % 4 == 0 else "lesson", "corpus": "a" if i % 5 else "b"}
+                 for i in range(n)])
+    return m
+
+
+def brute(kb: KnowledgeBase, q: np.ndarray, k: int, allowed: set[str] | None = None) -> list[str]:
+    stored = kb.backend.vectors_for([it.id for batch in kb.backend.iter_items() for it in batch])
+    ids = [i for i in stored if allowed is None or i in allowed]
+    scores = np.array([float(stored[i] @ q) for i in ids])
+    order = np.lexsort((np.arange(len(ids)), -scores))[:k]
+    return [ids[j] for j in order]
+
+
+def vsearch(kb: KnowledgeBase, q: np.ndarray, k: int = 10, *, filters: dict[str, object] | None = None,
+            corpora: list[str] | None = None) -> list[str]:
+    area = SearchArea(tuple(corpora) if corpora else None, parse_filters(filters), now_ts())
+    return [i for i, _ in kb.backend.vector_search(q, area, k)]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "kb.db"
+
+
+def test_flat_base_and_delta_answer_exactly(db: Path) -> None:
+    kb = open_kb(db)
+    fill(kb, 400)
+    queries = unit_rows(5, 99)
+    for q in queries:
+        assert vsearch(kb, q) == brute(kb, q, 10)
+    base, delta = kb.backend._vectors.view(DIM)
+    assert base is not None and base.ann is None and len(base) == 400 and len(delta) == 0
+    # later writes: a new vector, a changed one, a deleted one -> the delta
+    fresh = unit_rows(3, 7)
+    kb.add_many([{"id": "new0", "text": "new", "vector": queries[0]}])
+    kb.upsert_many([{"id": "v1", "text": "item 1 again", "vector": queries[1]}])
+    kb.delete_many(["v2"])
+    base, delta = kb.backend._vectors.view(DIM)
+    assert len(delta) == 3
+    assert vsearch(kb, queries[0])[0] == "new0"
+    assert vsearch(kb, queries[1])[0] == "v1"
+    for q in [*queries, *fresh]:
+        assert vsearch(kb, q) == brute(kb, q, 10)
+        assert "v2" not in vsearch(kb, q, 400)
+    kb.close()
+
+
+def test_filtered_search_is_an_exact_scan_of_the_filters_rows(db: Path) -> None:
+    kb = open_kb(db)
+    fill(kb, 300)
+    decisions = {f"v{i}" for i in range(300) if i % 4 == 0}
+    corpus_b = {f"v{i}" for i in range(300) if i % 5 == 0}
+    for q in unit_rows(4, 5):
+        assert vsearch(kb, q, filters={"kind": "decision"}) == brute(kb, q, 10, decisions)
+        assert vsearch(kb, q, corpora=["b"]) == brute(kb, q, 10, corpus_b)
+        assert vsearch(kb, q, corpora=["a"]) == brute(kb, q, 10, set(corpus_b ^ {f"v{i}" for i in range(300)}))
+    kb.close()
+
+
+def test_forced_graph_holds_recall_and_checks_filters(db: Path) -> None:
+    kb = open_kb(db, vector_ann="on")
+    fill(kb, 3000)
+    base, _ = kb.backend._vectors.view(DIM)
+    assert base is not None and base.ann is not None
+    recalls = []
+    for q in unit_rows(30, 11):
+        got, want = vsearch(kb, q), brute(kb, q, 10)
+        recalls.append(len(set(got) & set(want)) / 10)
+    assert np.mean(recalls) >= 0.95
+    kb.delete_many([f"v{i}" for i in range(0, 3000, 2)])  # half gone: tombstones in the delta
+    alive = {f"v{i}" for i in range(1, 3000, 2)}
+    for q in unit_rows(5, 12):
+        got = vsearch(kb, q)
+        assert len(got) == 10 and set(got) <= alive
+    kb.close()
+
+
+def test_graph_answers_skip_expired_and_stale_items(db: Path) -> None:
+    kb = open_kb(db, vector_ann="on")
+    m = fill(kb, 500)
+    q = m[7]
+    assert vsearch(kb, q)[0] == "v7"
+    kb.upsert_many([{"id": "v7", "text": "item 7", "vector": m[7], "stale": True}])
+    assert "v7" not in vsearch(kb, q)
+    assert vsearch(kb, q, filters={"include_stale": True})[0] == "v7"
+    kb.close()
+
+
+def test_another_connection_sees_a_new_base_and_a_lost_base_is_rebuilt(db: Path) -> None:
+    a = open_kb(db)
+    fill(a, 200)
+    q = unit_rows(1, 3)[0]
+    expected = vsearch(a, q)
+    b = open_kb(db)
+    assert vsearch(b, q) == expected
+    first = a.backend._changes.published("vectors")
+    a.backend._vectors.build_now(DIM)
+    second = a.backend._changes.published("vectors")
+    assert first is not None and second is not None and first[0] != second[0]
+    assert vsearch(b, q) == expected
+    assert b.backend._vectors._base_key == second
+    a.close()
+    b.close()
+    shutil.rmtree(db.with_name(db.name + ".idx") / "vectors")
+    c = open_kb(db)
+    assert c.backend.integrity_problems() and "vector index" in c.backend.integrity_problems()[0]
+    assert vsearch(c, q) == expected
+    assert c.backend._vectors.builds == 1
+    assert c.backend.integrity_problems() == []
+    c.close()
+
+
+def test_a_big_delta_is_folded_into_a_new_base_in_the_background(db: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vectors_mod, "DELTA_MIN", 50)
+    kb = open_kb(db)
+    fill(kb, 100)
+    q = unit_rows(1, 4)[0]
+    vsearch(kb, q)
+    fill(kb, 120, seed=2, prefix="w")
+    assert vsearch(kb, q) == brute(kb, q, 10)  # answered from base + delta at once
+    kb.backend._vectors.wait(60)
+    base, delta = kb.backend._vectors.view(DIM)
+    assert base is not None and len(base) == 220 and len(delta) == 0
+    assert vsearch(kb, q) == brute(kb, q, 10)
+    kb.close()
+
+
+def test_memory_store_keeps_vectors_in_the_delta() -> None:
+    kb = hybridkb.open(":memory:", embedder=HashingEmbedder(DIM))
+    fill(kb, 50)
+    q = unit_rows(1, 8)[0]
+    assert vsearch(kb, q) == brute(kb, q, 10)
+    base, delta = kb.backend._vectors.view(DIM)
+    assert base is None and len(delta) == 50
+    kb.close()
+
+
+def test_unknown_ann_mode_is_a_clear_error(db: Path) -> None:
+    with pytest.raises(hybridkb.InvalidInputError, match="vector_ann"):
+        open_kb(db, vector_ann="sometimes")
