@@ -20,6 +20,10 @@ pytest.importorskip("watchfiles")
 SRC = str(Path(hybridkb.__file__).resolve().parents[1])
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _reader(stream: object, into: queue.Queue[str]) -> None:
     for line in stream:  # type: ignore[attr-defined]
         into.put(line.rstrip("\n"))
@@ -54,7 +58,11 @@ def test_watch_sees_create_edit_rename_and_delete(tmp_path: Path) -> None:
         [sys.executable, "-c", "from hybridkb.cli import main; main()", "--db", str(db),
          "--embedder", "hashing-64", "index", str(root), "--corpus", "w", "--watch", "--debounce", "100"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": SRC, "HYBRIDKB_PROGRESS": "0"})
+        env={**os.environ, "PYTHONPATH": SRC, "HYBRIDKB_PROGRESS": "0",
+             "PYTHONFAULTHANDLER": "1"},
+        # A suite started in the background (`pytest &`) ignores SIGINT, and children
+        # inherit that: give the watcher Ctrl-C as a terminal would.
+        preexec_fn=_default_sigint)
     out: queue.Queue[str] = queue.Queue()
     err: queue.Queue[str] = queue.Queue()
     for stream, into in ((proc.stdout, out), (proc.stderr, err)):
@@ -80,9 +88,11 @@ def test_watch_sees_create_edit_rename_and_delete(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGINT)
         try:
             proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
+        except subprocess.TimeoutExpired:  # say where it hangs: faulthandler dumps every thread
+            proc.send_signal(signal.SIGABRT)
+            proc.wait(timeout=10)
+            time.sleep(0.5)
+            raise AssertionError("the watcher did not stop on Ctrl-C:\n" + "\n".join(err.queue)) from None
     assert proc.returncode == 0, list(err.queue)
 
 
