@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -72,8 +73,10 @@ def store_files(path: Path) -> dict[str, int]:
 
 
 def remove_store(path: Path) -> None:
+    """The file, its WAL and its derived indexes (`<file>.idx/`)."""
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
+    shutil.rmtree(f"{path}.idx", ignore_errors=True)
 
 
 class BenchEmbedder(Embedder):

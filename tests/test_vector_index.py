@@ -174,3 +174,41 @@ def test_memory_store_keeps_vectors_in_the_delta() -> None:
 def test_unknown_ann_mode_is_a_clear_error(db: Path) -> None:
     with pytest.raises(hybridkb.InvalidInputError, match="vector_ann"):
         open_kb(db, vector_ann="sometimes")
+
+
+_EXIT_WHILE_BUILDING = """
+import sys, numpy as np, hybridkb
+from hybridkb import HashingEmbedder
+from hybridkb.storage.indexes import vector_base
+vector_base.ANN_MIN_ROWS = 1_000  # a graph is due, built in the background
+kb = hybridkb.open(sys.argv[1], embedder=HashingEmbedder(64))
+m = np.random.default_rng(3).standard_normal((40_000, 64)).astype(np.float32)
+kb.add_many([{"id": f"v{i}", "text": f"item {i}", "vector": m[i]} for i in range(len(m))])
+kb.search("item 7", mode="vector")  # publishes a flat base, starts the graph build
+print("searched", flush=True)
+# exits without kb.close(), the graph build still running
+"""
+
+
+def test_a_process_exiting_during_a_background_graph_build_exits_cleanly(tmp_path: Path) -> None:
+    """Native threads running at interpreter teardown abort the process (exit 134); an exit
+    hook stops the build at its next step instead, and the next open publishes normally."""
+    import subprocess
+    import sys
+
+    db = tmp_path / "kb.db"
+    proc = subprocess.run([sys.executable, "-c", _EXIT_WHILE_BUILDING, str(db)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "searched" in proc.stdout and "terminate" not in proc.stderr
+    assert not list((tmp_path / "kb.db.idx").rglob("*.tmp"))  # a cancelled build leaves nothing
+    kb = hybridkb.open(str(db), embedder=HashingEmbedder(64))
+    try:
+        m = np.random.default_rng(3).standard_normal((40_000, 64)).astype(np.float32)
+        m /= np.linalg.norm(m, axis=1, keepdims=True)
+        best = int(np.argmax(m @ np.asarray(HashingEmbedder(64).embed_query("item 7"))))
+        assert [h.id for h in kb.search("item 7", mode="vector", limit=1).hits] == [f"v{best}"]
+        report = kb.check()
+        assert report["ok"], report["problems"]
+    finally:
+        kb.close()

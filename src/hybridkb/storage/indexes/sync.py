@@ -11,9 +11,11 @@ index); the others wait for it and then reload.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -35,6 +37,27 @@ REBUILD_SHARE = 0.5
 # Pending rowids a search scores itself (text_delta.py) before it waits for a commit.
 DELTA_MAX = 2_000
 COMMIT_INTERVAL_S = 0.5  # background commits of one process at most this often
+
+
+class _Closable(Protocol):
+    def close(self, timeout: float = ...) -> None: ...
+
+
+_OPEN: weakref.WeakSet[_Closable] = weakref.WeakSet()
+
+
+def close_at_exit(index: _Closable) -> None:
+    """Close `index` when the interpreter exits, if the store was never closed: a background
+    build or commit still running inside native code (usearch, tantivy) when Python tears
+    down aborts the process (exit code 134)."""
+    _OPEN.add(index)
+
+
+@atexit.register
+def _close_open_indexes() -> None:
+    for index in list(_OPEN):
+        with contextlib.suppress(Exception):
+            index.close(timeout=30.0)
 
 
 class ChangeSource(Protocol):
@@ -101,6 +124,7 @@ class TextIndexSync:
         self._worker: threading.Thread | None = None
         self._closed = False
         self._last_commit = 0.0
+        close_at_exit(self)
         self.rebuilds = 0  # how many rebuilds this process ran (for tests and `check`)
 
     @property

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -167,13 +167,33 @@ def _unit(matrix: Vector) -> Vector:
     return out
 
 
+class BuildCancelled(Exception):
+    """A build was asked to stop (the store is closing); its temporary folder is removed."""
+
+
 def build(
     folder: Path, dim: int, seq: int, batches: Iterable[Batch], total: int,
     *, ann: bool | None = None, progress: ProgressFactory = no_progress, threads: int = 1,
+    cancelled: Callable[[], bool] = lambda: False,
 ) -> None:
     """Write a generation into `folder` (created; must not exist) from batches in
-    ascending rowid order. `ann` None: a graph past ANN_MIN_ROWS."""
+    ascending rowid order. `ann` None: a graph past ANN_MIN_ROWS. `cancelled` is asked
+    between steps of about a second: a process must not exit while a graph step runs
+    (usearch's threads abort an exiting interpreter)."""
     tmp = folder.with_name(folder.name + ".tmp")
+    try:
+        _build(tmp, dim, seq, batches, total, ann=ann, progress=progress, threads=threads,
+               cancelled=cancelled)
+    except BuildCancelled:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    os.replace(tmp, folder)
+
+
+def _build(
+    tmp: Path, dim: int, seq: int, batches: Iterable[Batch], total: int, *, ann: bool | None,
+    progress: ProgressFactory, threads: int, cancelled: Callable[[], bool],
+) -> None:
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
@@ -185,6 +205,8 @@ def build(
     try:
         with progress(total, "vector index: copy") as bar:
             for b in batches:
+                if cancelled():
+                    raise BuildCancelled
                 if len(b.rowids) == 0:
                     continue
                 if b.rowids[0] <= last or np.any(np.diff(b.rowids) <= 0):
@@ -215,9 +237,11 @@ def build(
         matrix = np.memmap(tmp / "matrix.f32", dtype=np.float32, mode="r", shape=(n, dim))
         graph = Index(ndim=dim, metric="cos", dtype=ANN_DTYPE, connectivity=CONNECTIVITY,
                       expansion_add=EF_ADD, expansion_search=EF_SEARCH)
-        step = 10_000
+        step = 2_000  # about a second per step on a busy core
         with progress(n, "vector index: graph") as bar:
             for start in range(0, n, step):
+                if cancelled():
+                    raise BuildCancelled
                 stop = min(n, start + step)
                 graph.add(np.asarray(rowids_all[start:stop]).astype(np.uint64),
                           np.asarray(matrix[start:stop]), threads=threads)
@@ -227,4 +251,3 @@ def build(
     (tmp / "meta.json").write_text(json.dumps(
         {"format": FORMAT, "n": n, "dim": dim, "seq": seq, "ann": with_ann,
          "corpora": sorted(names, key=names.__getitem__)}), encoding="utf-8")
-    os.replace(tmp, folder)

@@ -25,7 +25,7 @@ import numpy as np
 
 from ...progress import ProgressFactory, no_progress
 from . import vector_base
-from .sync import _file_lock
+from .sync import _file_lock, close_at_exit
 from .vector_base import BaseUnusable, Batch, RowIds, Vector, VectorBase, Wanted
 
 # The graph answers when the default filters keep at least this share of the base (it
@@ -103,6 +103,7 @@ class VectorIndexSync:
         self._worker: threading.Thread | None = None
         self._closed = False
         self.builds = 0
+        close_at_exit(self)
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -210,7 +211,7 @@ class VectorIndexSync:
         target = self.folder / generation
         self.folder.mkdir(parents=True, exist_ok=True)
         vector_base.build(target, dim, head, self.source.iter_vectors(dim), self.source.vector_count(),
-                          ann=ann, progress=self.progress)
+                          ann=ann, progress=self.progress, cancelled=lambda: self._closed)
         old = self.source.published(self.NAME)
         self.source.publish(self.NAME, generation, head, dim)
         self.builds += 1
@@ -244,8 +245,12 @@ class VectorIndexSync:
         if worker is not None:
             worker.join(timeout)
 
-    def close(self) -> None:
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop a background build at its next step (its files are removed) and wait for it."""
         self._closed = True
+        worker = self._worker
+        if worker is not None and worker.is_alive():
+            worker.join(timeout)
 
     def problems(self, dim: int | None) -> list[str]:
         if self.folder is None or dim is None:
