@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from hybridkb import dedup
 from hybridkb.dedup import collapse, jaccard, tokens
 from hybridkb.errors import InvalidFilterError
 from hybridkb.labels import source_label
@@ -85,6 +86,26 @@ def test_prefix_filter_equals_all_pairs(seed: int, threshold: float) -> None:
             text = " ".join(rng.choices(vocab, k=rng.randint(1, 25)))
         ranked.append((str(i), text))
     assert collapse(ranked, threshold)[0] == _naive_collapse(ranked, threshold)
+
+
+def test_identical_collapse_keeps_each_ids_first_place_and_survives_a_fingerprint_collision(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ranked = [("a", "one two"), ("b", "three"), ("a", "one two"), ("c", "two one")]
+    assert collapse(ranked) == (["a", "b"], {"a": ["c"]})
+    # Two different word sets whose fingerprints collide stay apart: a match is confirmed
+    # on the token sets themselves.
+    monkeypatch.setattr(dedup, "word_set_fingerprint", lambda text: 7)
+    assert collapse([("x", "alpha beta"), ("y", "gamma"), ("z", "beta alpha")]) == (
+        ["x", "y"], {"x": ["z"]})
+
+
+def test_word_set_fingerprint_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dedup, "_FINGERPRINTS", {})
+    monkeypatch.setattr(dedup, "_FINGERPRINTS_MAX", 10)
+    prints = [dedup.word_set_fingerprint(f"text number {i}") for i in range(50)]
+    assert len(dedup._FINGERPRINTS) <= 11
+    assert prints[0] == dedup.word_set_fingerprint("Number text 0!")  # same words, same print
+    assert len(set(prints)) == 50
 
 
 def test_type_weights() -> None:

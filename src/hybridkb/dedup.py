@@ -9,6 +9,7 @@ their first |x| - ceil(t·|x|) + 1 tokens, so most pairs are never compared.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from collections import Counter
@@ -51,24 +52,27 @@ def _prefix_length(size: int, threshold: float) -> int:
 def collapse(
     ranked: Sequence[tuple[str, str]], threshold: float = DEFAULT_THRESHOLD,
     *, scores: Mapping[str, float] | None = None, max_gap: float = DEFAULT_MAX_GAP,
+    token_sets: dict[str, frozenset[str]] | None = None,
 ) -> tuple[list[str], dict[str, list[str]]]:
     """Collapse near-duplicates in a best-first list of (id, text).
 
     With `scores` (each id's score on a 0-1 scale, e.g. its share of the list's best), a
     near copy is only absorbed when it scores within `max_gap` of the survivor: two texts
     that a retriever tells apart by that much are not the same answer.
+    `token_sets` memoizes each id's token set across calls (one search collapses each
+    retriever's list and then the fused one: tokenizing is most of the cost).
     Returns the surviving ids in order and, per survivor, the ids it absorbed.
     """
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"dedup threshold must be in (0, 1], got {threshold}")
-    seen: set[str] = set()
-    docs: list[tuple[str, frozenset[str]]] = []
+    memo = token_sets if token_sets is not None else {}
+    firsts: dict[str, str] = {}
     for doc_id, text in ranked:
-        if doc_id not in seen:
-            seen.add(doc_id)
-            docs.append((doc_id, tokens(text)))
+        firsts.setdefault(doc_id, text)  # the first (best) place of each id, in order
+    unique = list(firsts.items())
     if threshold >= 1.0:  # identical token sets: no gap can separate them
-        return _collapse_identical(docs)
+        return _collapse_identical(unique, memo)
+    docs = [(doc_id, _memo_tokens(memo, doc_id, text)) for doc_id, text in unique]
 
     def close(survivor: str, doc: str) -> bool:
         return scores is None or scores.get(survivor, 0.0) - scores.get(doc, 0.0) <= max_gap
@@ -130,16 +134,47 @@ def _collapse_all_pairs(
     return [d for d, _ in kept], absorbed
 
 
+def _memo_tokens(memo: dict[str, frozenset[str]], doc_id: str, text: str) -> frozenset[str]:
+    toks = memo.get(doc_id)
+    if toks is None:
+        toks = memo[doc_id] = tokens(text)
+    return toks
+
+
+# Texts seen lately -> the hash of their token set. Tokenizing is most of a search's
+# dedup cost, and the same items come back query after query. Keyed by the text's own
+# hash and length (no id: an edited item is a new text); bounded, oldest out first.
+_FINGERPRINTS: dict[tuple[int, int], int] = {}
+_FINGERPRINTS_MAX = 100_000
+
+
+def word_set_fingerprint(text: str) -> int:
+    """The hash of the text's token set; equal token sets always give equal fingerprints."""
+    key = (len(text), hash(text))
+    found = _FINGERPRINTS.get(key)
+    if found is None:
+        found = _FINGERPRINTS[key] = hash(tokens(text))
+        if len(_FINGERPRINTS) > _FINGERPRINTS_MAX:
+            with contextlib.suppress(KeyError, RuntimeError, StopIteration):  # another thread evicted
+                del _FINGERPRINTS[next(iter(_FINGERPRINTS))]
+    return found
+
+
 def _collapse_identical(
-    docs: list[tuple[str, frozenset[str]]],
+    docs: list[tuple[str, str]], memo: dict[str, frozenset[str]],
 ) -> tuple[list[str], dict[str, list[str]]]:
-    """Threshold 1.0: equal token sets, found by hashing."""
-    first: dict[frozenset[str], str] = {}
+    """Threshold 1.0: equal token sets, found by their fingerprints; texts are tokenized
+    only to confirm a match (or when not seen lately)."""
+    first: dict[int, list[tuple[str, str]]] = {}
     kept: list[str] = []
     absorbed: dict[str, list[str]] = {}
-    for doc_id, toks in docs:
-        survivor = first.setdefault(toks, doc_id)
-        if survivor == doc_id:
+    for doc_id, text in docs:
+        same_print = first.setdefault(word_set_fingerprint(text), [])
+        toks = _memo_tokens(memo, doc_id, text) if same_print else None
+        survivor = next((sid for sid, stext in same_print
+                         if _memo_tokens(memo, sid, stext) == toks), None)
+        if survivor is None:
+            same_print.append((doc_id, text))
             kept.append(doc_id)
         else:
             absorbed.setdefault(survivor, []).append(doc_id)

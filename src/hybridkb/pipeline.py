@@ -152,7 +152,9 @@ def run(
 
     vectors = backend.vectors_for(sorted(items)) if plan.dedup_cosine is not None else {}
     candidates: dict[str, _Candidate] = {}
-    ranked_groups = [_fuse_group(plan, lists[g], items, vectors, candidates) for g in groups]
+    token_sets: dict[str, frozenset[str]] = {}  # each text tokenized once per search (dedup)
+    ranked_groups = [_fuse_group(plan, lists[g], items, vectors, candidates, token_sets)
+                     for g in groups]
 
     if len(ranked_groups) > 1:  # merge="rrf": each corpus gets equal say
         merged = fusion_lib.rrf(ranked_groups, k=plan.rrf_k)
@@ -169,7 +171,7 @@ def run(
     # Each list was collapsed apart; copies that survived in different lists (or corpora)
     # meet here.
     order, absorbed = _collapse(plan, order, items, vectors,
-                                {d: candidates[d].relevance for d in order})
+                                {d: candidates[d].relevance for d in order}, token_sets)
     for survivor, others in absorbed.items():
         alt = candidates[survivor].alternates
         for other in others:
@@ -208,6 +210,7 @@ def _answered_by(lists: dict[tuple[str, ...], dict[str, ScoredIds]]) -> str:
 def _fuse_group(
     plan: SearchPlan, per: dict[str, ScoredIds], items: dict[str, StoredItem],
     vectors: dict[str, Vector], candidates: dict[str, _Candidate],
+    token_sets: dict[str, frozenset[str]],
 ) -> list[str]:
     """Collapse each list's head, fuse the lists, and record each candidate's relevance."""
     names, scored_lists, weights = [], [], []
@@ -215,7 +218,7 @@ def _fuse_group(
     for name, scored in per.items():
         # Collapse duplicates in the head (read from the store); the tail only informs fusion.
         top = [d for d, _ in scored[:head] if d in items]
-        kept, alternates = _collapse(plan, top, items, vectors, _shares(scored[:head]))
+        kept, alternates = _collapse(plan, top, items, vectors, _shares(scored[:head]), token_sets)
         keep = set(kept)
         scored = [(d, s) for d, s in scored[:head] if d in keep] + list(scored[head:])
         names.append(name)
@@ -242,14 +245,14 @@ def _fuse_group(
 
 def _collapse(
     plan: SearchPlan, order: list[str], items: dict[str, StoredItem], vectors: dict[str, Vector],
-    scores: dict[str, float],
+    scores: dict[str, float], token_sets: dict[str, frozenset[str]],
 ) -> tuple[list[str], dict[str, list[str]]]:
     """Near-duplicate collapse by token Jaccard (never across a gap in `scores`, 0-1) and,
     when asked, by vector cosine."""
     absorbed: dict[str, list[str]] = {}
     if plan.dedup_threshold is not None and len(order) > 1:
         order, absorbed = dedup.collapse([(d, items[d].text) for d in order], plan.dedup_threshold,
-                                         scores=scores)
+                                         scores=scores, token_sets=token_sets)
     if plan.dedup_cosine is not None and len(order) > 1:
         order, by_vector = dedup.collapse_by_vectors(order, vectors, plan.dedup_cosine)
         for survivor, others in by_vector.items():
