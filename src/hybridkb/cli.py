@@ -356,7 +356,7 @@ def demo(ctx: Context, query: str, limit: int) -> None:
               "(repeatable; default the search default).")
 @click.option("--rrf-k", "rrf_ks", multiple=True, help="RRF k for rrf rows (repeatable or a "
               "comma list; default 60).")
-@click.option("--bm25-weights", "bm25", multiple=True, help="FTS5 column weights title,text, "
+@click.option("--bm25-weights", "bm25", multiple=True, help="BM25 weights title,text, "
               "e.g. 2,1 (repeatable; default the backend's).")
 @click.option("--max-queries", type=int, help="Run only the first N judged queries (qrels order).")
 @click.option("--ignore-identical-ids", is_flag=True, help="Drop a hit whose id is the query's id.")

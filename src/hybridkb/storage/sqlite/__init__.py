@@ -1,1 +1,2 @@
-"""The embedded dialect: one SQLite file, FTS5 for BM25, sqlite-vec for vectors."""
+"""The embedded dialect: one SQLite file (the system of record, vectors in sqlite-vec) and
+its derived search indexes (storage/indexes: tantivy BM25, a memory-mapped vector base)."""
