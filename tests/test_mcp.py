@@ -125,7 +125,7 @@ async def test_tools_have_descriptions_and_schemas(store: tuple[KnowledgeBase, d
     search = tools["search"].input_schema
     assert search["required"] == ["query"]
     assert set(search["properties"]) == {"query", "corpora", "kinds", "filters", "limit", "mode", "path",
-                                         "language"}
+                                         "language", "merge"}
     assert search["properties"]["mode"]["enum"] == ["hybrid", "fts", "vector"]
     assert tools["search"].annotations is not None and tools["search"].annotations.read_only_hint
 
@@ -154,6 +154,29 @@ async def test_search_filters_by_corpus_kind_and_mode(
     assert [h["id"] for h in by_corpus["hits"]] == [ids["code"]]
     assert [h["id"] for h in by_kind["hits"]] == [ids["memory"]]
     assert fts["mode"] == "fts" and fts["answered_by"] == "fts" and not fts["degraded"]
+
+
+@pytest.mark.anyio
+async def test_search_merges_corpora_as_asked(tmp_path: Path) -> None:
+    kb = hybridkb.open(tmp_path / "kb.db", embedder=HashingEmbedder(64))
+    kb.add_many([{"id": "a1", "text": "sqlite data sqlite data", "corpus": "alpha"},
+                 {"id": "a2", "text": "sqlite data notes", "corpus": "alpha"},
+                 {"id": "a3", "text": "sqlite storage of data", "corpus": "alpha"},
+                 {"id": "b1", "text": "data", "corpus": "beta"}])
+    try:
+        async with Client(build_server(kb)) as client:
+            args = {"query": "sqlite data", "limit": 4, "mode": "fts"}
+            default = data(await client.call_tool("search", args))
+            rrf = data(await client.call_tool("search", {**args, "merge": "rrf"}))
+            bad = await client.call_tool("search", {**args, "merge": "loudest"})
+        # by relevance the one-word match comes last; interleaved by rank it comes second
+        assert [h["id"] for h in default["hits"]][-1] == "b1"
+        assert [h["id"] for h in rrf["hits"]][1] == "b1"
+        assert [h["id"] for h in rrf["hits"]] == [
+            h.id for h in kb.search("sqlite data", mode="fts", limit=4, merge="rrf").hits]
+        assert bad.is_error
+    finally:
+        kb.close()
 
 
 @pytest.mark.anyio

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ContentBlock, TextContent
@@ -165,11 +165,14 @@ class Tools:
             "'src/**/*.py', 'docs/', '*.md' (or a list: any of them)."))] = None,
         language: Annotated[str | list[str] | None, Field(description=(
             "Only hits from indexed files of this language: python, markdown, typescript..."))] = None,
+        merge: Annotated[Literal["relevance", "rrf"], Field(description=(
+            "How several corpora merge: relevance (default: every hit competes on one "
+            "score) or rrf (each corpus gets equal say: their rankings interleave)."))] = "relevance",
     ) -> SearchOut:
         names = self._search_corpora(corpora, None)
         if names == []:
             return self._result(None, query, mode)
-        result = self.kb.search(query, mode=mode, limit=limit, corpora=names,
+        result = self.kb.search(query, mode=mode, limit=limit, corpora=names, merge=merge,
                                 filters=self._filters(filters, kinds=kinds, path=path, language=language))
         return self._result(result, query, mode)
 
