@@ -212,3 +212,28 @@ def test_a_process_exiting_during_a_background_graph_build_exits_cleanly(tmp_pat
         assert report["ok"], report["problems"]
     finally:
         kb.close()
+
+
+_GRAPH_THEN_MODEL = """
+import sys, numpy as np, hybridkb
+from hybridkb import HashingEmbedder
+from hybridkb.embedding import get_embedder
+kb = hybridkb.open(sys.argv[1], embedder=HashingEmbedder(64), vector_ann="on")
+m = np.random.default_rng(5).standard_normal((300, 64)).astype(np.float32)
+kb.add_many([{"id": f"v{i}", "text": f"item {i}", "vector": m[i]} for i in range(len(m))])
+assert kb.search("item 3", mode="vector").hits  # opens the usearch graph
+vec = get_embedder("minilm").embed_query("where do we keep the data?")  # loads onnxruntime
+print("embedded", len(vec), flush=True)
+"""
+
+
+def test_the_model_loads_after_a_graph_was_searched(tmp_path: Path) -> None:
+    """usearch loaded before onnxruntime crashed the process (SIGSEGV in libstdc++) when the
+    default embedder then loaded its model: the graph is only ever opened after it."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _GRAPH_THEN_MODEL, str(tmp_path / "kb.db")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert "embedded 384" in proc.stdout

@@ -12,6 +12,7 @@ records it (see vectors.py).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -121,9 +122,7 @@ class VectorBase:
             stale = mapped("stale.u8", np.uint8, (n,))
             ann = None
             if with_ann and meta.get("ann") and (folder / "ann.usearch").exists():
-                from usearch.index import Index
-
-                ann = Index.restore(str(folder / "ann.usearch"), view=True)
+                ann = usearch_index().restore(str(folder / "ann.usearch"), view=True)
                 if ann is None or len(ann) != n:
                     raise BaseUnusable("vector graph does not match the matrix")
         except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
@@ -165,6 +164,21 @@ def _unit(matrix: Vector) -> Vector:
     norms[norms == 0] = 1.0
     out: Vector = (matrix / norms).astype(np.float32)
     return out
+
+
+def usearch_index() -> Any:
+    """usearch's Index class, imported after onnxruntime when that is installed.
+
+    Loaded the other way round (usearch first), onnxruntime's C++ static initialisers
+    crash the process (SIGSEGV in libstdc++'s codecvt: usearch 2.26, onnxruntime 1.32), and
+    the default embedder loads onnxruntime lazily, at the first text it embeds: a process
+    that searched a store with a graph before embedding anything died there.
+    """
+    with contextlib.suppress(ImportError):
+        import onnxruntime  # noqa: F401 - imported for its side effect: load order
+    from usearch.index import Index
+
+    return Index
 
 
 class BuildCancelled(Exception):
@@ -231,8 +245,7 @@ def _build(
             f.close()
     with_ann = (n >= ANN_MIN_ROWS) if ann is None else (ann and n > 0)
     if with_ann:
-        from usearch.index import Index
-
+        Index = usearch_index()
         rowids_all = np.memmap(tmp / "rowids.i64", dtype=np.int64, mode="r", shape=(n,))
         matrix = np.memmap(tmp / "matrix.f32", dtype=np.float32, mode="r", shape=(n, dim))
         graph = Index(ndim=dim, metric="cos", dtype=ANN_DTYPE, connectivity=CONNECTIVITY,
