@@ -7,14 +7,12 @@ Never downloads a browser. HYBRIDKB_UPDATE_SCREENSHOT=1 refreshes docs/img/searc
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from serving import running_server
 
 import hybridkb
 from hybridkb import HashingEmbedder
@@ -43,13 +41,6 @@ CODE = ("def open_store(path):\n    \"\"\"Open the local storage file (SQLite, W
         "    return sqlite3.connect(path)")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     db = tmp_path / "kb.db"
@@ -58,35 +49,13 @@ def server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
                               metadata={"path": "src/store.py", "start_line": 42})}
         for i, (text, kind, corpus, title) in enumerate(NOTES):
             ids[f"note{i}"] = kb.add(text, kind=kind, corpus=corpus, title=title)
-    port = free_port()
     env = {**os.environ, "HYBRIDKB_TOKEN": TOKEN}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hybridkb.cli", "--db", str(db), "--embedder", "hashing-64",
-         "serve", "--http", "--port", str(port)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                assert proc.stderr is not None
-                pytest.fail(f"server exited: {proc.stderr.read().decode()}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail("server did not start listening")
-                time.sleep(0.1)
+    def command(port: int) -> list[str]:
+        return [sys.executable, "-m", "hybridkb.cli", "--db", str(db), "--embedder", "hashing-64",
+                "serve", "--http", "--port", str(port)]
+
+    with running_server(command, env, start_timeout=30) as port:
         yield f"http://127.0.0.1:{port}", ids
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        assert proc.stderr is not None
-        proc.stderr.close()
 
 
 def test_search_page_in_chromium(server: tuple[str, dict[str, str]], tmp_path: Path) -> None:

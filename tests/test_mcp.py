@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from serving import running_server
 
 import hybridkb
 from hybridkb import HashingEmbedder, KnowledgeBase
@@ -456,43 +456,15 @@ def test_stdio_stdout_carries_only_protocol(db_file: tuple[Path, dict[str, str]]
     assert proc.returncode == 0
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def http_server(db_file: tuple[Path, dict[str, str]]) -> Iterator[tuple[str, Path]]:
     path, _ = db_file
-    port = free_port()
     env = {**os.environ, "HYBRIDKB_TOKEN": "s3cret-token"}
-    proc = subprocess.Popen([sys.executable, *serve_args(path, "--http", "--port", str(port))],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            if proc.poll() is not None:
-                assert proc.stderr is not None
-                pytest.fail(f"server exited: {proc.stderr.read().decode()}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail("server did not start listening")
-                time.sleep(0.1)
+    def command(port: int) -> list[str]:
+        return [sys.executable, *serve_args(path, "--http", "--port", str(port))]
+
+    with running_server(command, env, start_timeout=20) as port:
         yield f"http://127.0.0.1:{port}/mcp", path
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        assert proc.stderr is not None
-        proc.stderr.close()
 
 
 @asynccontextmanager
