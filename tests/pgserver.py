@@ -290,9 +290,7 @@ class PgServer:
             self._create_template()
             t4 = time.perf_counter()
         except Exception as exc:
-            msg = str(exc)
-            if self.log_path is not None and "server log tail" not in msg:
-                msg += f"\n--- server log tail ({self.log_path}) ---\n{_tail(self.log_path)}"
+            msg = self._with_log_tail(exc)
             self.stop()
             raise RuntimeError(f"starting test PostgreSQL failed: {msg}") from exc
         except BaseException:
@@ -328,11 +326,16 @@ class PgServer:
             self._start_postmaster()
             atexit.register(self.stop)
         except Exception as exc:
-            msg = str(exc)
-            if self.log_path is not None and "server log tail" not in msg:
-                msg += f"\n--- server log tail ({self.log_path}) ---\n{_tail(self.log_path)}"
+            msg = self._with_log_tail(exc)
             self.stop()
             raise RuntimeError(f"starting a test PostgreSQL replica failed: {msg}") from exc
+
+    def _with_log_tail(self, exc: Exception) -> str:
+        """The error, followed by the tail of the server log when it does not carry it yet."""
+        msg = str(exc)
+        if self.log_path is not None and "server log tail" not in msg:
+            msg += f"\n--- server log tail ({self.log_path}) ---\n{_tail(self.log_path)}"
+        return msg
 
     def stop(self) -> None:
         """Stop the server (if running) and delete the temporary directory. Idempotent."""

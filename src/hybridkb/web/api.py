@@ -148,19 +148,19 @@ def routes(service: Service) -> list[Route]:
     async def delete_item(request: Request) -> Response:
         return await _call(service.delete, request.path_params["item_id"])
 
-    async def add_item(request: Request) -> Response:
+    async def create(request: Request, make: Callable[[Any], Any]) -> Response:
+        """POST bodies that create an item: a bad body is a 4xx, the item a 201."""
         try:
             body = await json_body(request)
         except HybridKBError as exc:
             return error_response(exc)
-        return await _call(service.add, body, status=201)
+        return await _call(make, body, status=201)
+
+    async def add_item(request: Request) -> Response:
+        return await create(request, service.add)
 
     async def remember(request: Request) -> Response:
-        try:
-            body = await json_body(request)
-        except HybridKBError as exc:
-            return error_response(exc)
-        return await _call(service.remember, body, status=201)
+        return await create(request, service.remember)
 
     async def stats(request: Request) -> Response:
         return await _call(service.stats)
