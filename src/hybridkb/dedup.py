@@ -170,9 +170,11 @@ def _collapse_identical(
     absorbed: dict[str, list[str]] = {}
     for doc_id, text in docs:
         same_print = first.setdefault(word_set_fingerprint(text), [])
-        toks = _memo_tokens(memo, doc_id, text) if same_print else None
-        survivor = next((sid for sid, stext in same_print
-                         if _memo_tokens(memo, sid, stext) == toks), None)
+        survivor = None
+        if same_print:  # confirm on the token sets: a fingerprint can collide
+            toks = _memo_tokens(memo, doc_id, text)
+            survivor = next((sid for sid, stext in same_print
+                             if _memo_tokens(memo, sid, stext) == toks), None)
         if survivor is None:
             same_print.append((doc_id, text))
             kept.append(doc_id)

@@ -124,8 +124,8 @@ class TextIndexSync:
         self._worker: threading.Thread | None = None
         self._closed = False
         self._last_commit = 0.0
-        close_at_exit(self)
         self.rebuilds = 0  # how many rebuilds this process ran (for tests and `check`)
+        close_at_exit(self)
 
     @property
     def _lock_path(self) -> Path | None:
