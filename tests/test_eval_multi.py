@@ -12,9 +12,10 @@ from test_evaluation import DATA, EMBEDDER, _slice, needs_data
 
 from hybridkb.cli import cli
 from hybridkb.errors import InvalidInputError
-from hybridkb.evaluation import EvalOptions, evaluate, load
+from hybridkb.evaluation import EvalOptions, evaluate, load, metrics
 from hybridkb.evaluation.multi import EMPTY_CORPUS, NOTES_CORPUS, evaluate_multi, format_multi
 from hybridkb.evaluation.neardup import with_near_duplicates
+from hybridkb.evaluation.typos import MIN_LENGTH, with_query_typos
 
 pytestmark = needs_data
 
@@ -50,8 +51,18 @@ def test_every_corpus_beside_own_corpus(sets: tuple[Path, Path]) -> None:
         rrf = rows[(name, "rrf", True)]
         assert rrf.every.scores["ndcg@10"] < default.every.scores["ndcg@10"]
         assert rrf.own.scores == default.own.scores
+        # condensed: the every-corpus ranking scored without other corpora's hits
+        stripped = {q: [d for d in ids if ":" not in d and not d.startswith(("note-", "scratch-"))]
+                    for q, ids in (default.every.run or {}).items()}
+        assert stripped != default.every.run
+        qrels = load(sets[0] if name == "scifact" else sets[1]).qrels
+        assert default.condensed == metrics.evaluate(stripped, {q: qrels[q] for q in stripped})
+        assert default.condensed["ndcg@10"] >= default.every.scores["ndcg@10"]
     table = format_multi(report)
     assert "every nDCG" in table and "rrf" in table and "scifact" in table
+    assert "condensed" in table
+    as_json = report.to_dict()["results"][0]
+    assert 0 < as_json["condensed_ndcg@10"] <= 1
 
 
 def test_multi_cli_json(sets: tuple[Path, Path], tmp_path: Path) -> None:
@@ -98,3 +109,31 @@ def test_near_duplicate_option_in_the_runner(sets: tuple[Path, Path]) -> None:
     options = EvalOptions(modes=["fts"], near_duplicates=True, default_row=False)
     report = evaluate(sets[0], None, options)
     assert report.dataset == "scifact+neardup" and report.n_docs > 170
+
+
+def test_query_typos_misspell_longer_words_and_keep_the_judgments(sets: tuple[Path, Path]) -> None:
+    data = load(sets[0])
+    variant = with_query_typos(data)
+    assert variant.name == "scifact+typos"
+    assert variant.corpus == data.corpus and variant.qrels == data.qrels
+    changed = 0
+    for before, after in zip(data.queries, variant.queries, strict=True):
+        assert before.id == after.id
+        a, b = before.text.split(" "), after.text.split(" ")
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            if x != y:
+                changed += 1
+                assert len(x) >= MIN_LENGTH and x.isalpha() and x[0] == y[0]
+                assert abs(len(x) - len(y)) <= 1
+        eligible = sum(len(w) >= MIN_LENGTH and w.isalpha() for w in a)
+        assert eligible == 0 or before.text != after.text
+    assert changed > len(data.queries)
+    assert with_query_typos(data).queries == variant.queries  # deterministic
+
+
+def test_query_typo_option_lowers_full_text(sets: tuple[Path, Path]) -> None:
+    clean = evaluate(sets[0], None, EvalOptions(modes=["fts"], default_row=False))
+    typed = evaluate(sets[0], None, EvalOptions(modes=["fts"], default_row=False, query_typos=True))
+    assert typed.dataset == "scifact+typos"
+    assert typed.rows[0].scores["ndcg@10"] < clean.rows[0].scores["ndcg@10"] - 0.05

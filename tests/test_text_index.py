@@ -10,6 +10,7 @@ import pytest
 from hybridkb.model import Filters, parse_filters
 from hybridkb.storage.indexes.text import STATE_FILE, IndexUnusable, TextIndex
 from hybridkb.storage.indexes.text_schema import TextDoc, meta_token
+from hybridkb.storage.indexes.text_scope import idf
 from hybridkb.textquery import parse
 
 NOW = 1_700_000_000.0
@@ -105,8 +106,25 @@ def test_metadata_filters_compare_like_json_each(index: TextIndex) -> None:
 
 def test_filtered_scores_equal_unfiltered(index: TextIndex) -> None:
     full = dict(index.search(parse("sqlite migration"), corpora=None, filters=Filters(), now=NOW, limit=9))
-    one = index.search(parse("sqlite migration"), corpora=("code",), filters=Filters(), now=NOW, limit=9)
+    one = index.search(parse("sqlite migration"), corpora=None, filters=Filters(kinds=("code",)),
+                       now=NOW, limit=9)
     assert one == [(2, full[2])]
+    every = index.search(parse("sqlite migration"), corpora=("code", "wiki"), filters=Filters(),
+                         now=NOW, limit=9)
+    assert dict(every) == full  # the corpora hold every document: the index's statistics
+
+
+def test_a_corpus_search_weighs_terms_by_that_corpus(index: TextIndex) -> None:
+    """Document frequencies and N of the corpora searched, as on PostgreSQL: "migration"
+    is in 1 of the 5 documents and in 1 of the 2 of corpus "code"."""
+    full = dict(index.search(parse("migration"), corpora=None, filters=Filters(), now=NOW, limit=9))
+    code = index.search(parse("migration"), corpora=("code",), filters=Filters(), now=NOW, limit=9)
+    assert [r for r, _ in code] == [2]
+    assert code[0][1] == pytest.approx(full[2] * idf(2, 1) / idf(5, 1), rel=1e-5)
+    assert code[0][1] < full[2]
+    stats = index.stats(parse("migration"), ("code",))
+    assert stats.docs == 2 and stats.doc_freq("migrat") == 1 and stats.doc_freq("sqlite") == 0
+    assert index.stats(parse("migration")).docs == 5
 
 
 def test_apply_replaces_and_removes_by_rowid(index: TextIndex) -> None:

@@ -367,6 +367,7 @@ def demo(ctx: Context, query: str, limit: int) -> None:
 @click.option("--db", "target", help="Index into this store instead of a temporary SQLite file.")
 @click.option("--no-default-row", is_flag=True, help="Skip the row run with search defaults.")
 @click.option("--near-duplicates", is_flag=True, help="Add a near copy of each answer (decoy or sibling).")
+@click.option("--query-typos", is_flag=True, help="Misspell half of each query's longer words.")
 @click.option("--merge", "merges", multiple=True, help="Several datasets: relevance, rrf (or both).")
 @click.option("--no-distractors", is_flag=True, help="Several datasets: no distractor corpora.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write cached embeddings.")
@@ -380,6 +381,7 @@ def eval_(ctx: Context, datasets: tuple[str, ...], split: str, modes: tuple[str,
           fusions: tuple[str, ...], weights: tuple[str, ...], rrf_ks: tuple[str, ...], bm25: tuple[str, ...],
           max_queries: int | None, ignore_identical_ids: bool, scope_by: str | None,
           depth: int | None, target: str | None, no_default_row: bool, near_duplicates: bool,
+          query_typos: bool,
           merges: tuple[str, ...], no_distractors: bool, no_cache: bool,
           output: Path | None, as_json: bool) -> None:
     """Measure nDCG@10, Recall@100, MRR@10 and latency on a BEIR dataset, per mode and fusion.
@@ -404,7 +406,7 @@ def eval_(ctx: Context, datasets: tuple[str, ...], split: str, modes: tuple[str,
         bm25_weights=runner.parse_pairs(bm25, "--bm25-weights") or defaults.bm25_weights,
         split=split, max_queries=max_queries, ignore_identical_ids=ignore_identical_ids,
         scope_by=scope_by, depth=depth, db=target, default_row=not no_default_row,
-        near_duplicates=near_duplicates, distractors=not no_distractors,
+        near_duplicates=near_duplicates, query_typos=query_typos, distractors=not no_distractors,
         merges=tuple(runner.split_values(merges)) or defaults.merges)
     needs_model = any(m != "fts" for m in options.modes)
     model = get_embedder(ctx.embedder) if needs_model else None

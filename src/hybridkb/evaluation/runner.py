@@ -29,6 +29,7 @@ from . import metrics
 from .beir import Dataset, Query, file_sha256, load
 from .cache import EmbeddingCache, PrecomputedQueries, ProgressFactory, cached_embed, no_progress
 from .neardup import with_near_duplicates
+from .typos import with_query_typos
 
 Pair = tuple[float, float]
 METRIC_NAMES = tuple(metrics.METRICS)
@@ -65,6 +66,7 @@ class EvalOptions:
     default_row: bool = True
     keep_runs: bool = False  # keep each row's ranked ids per query (for tests)
     near_duplicates: bool = False  # add near-copies of relevant documents (neardup.py)
+    query_typos: bool = False  # misspell the queries (typos.py): a set where dense is stronger
     merges: Sequence[str | None] = (None,)  # several datasets: merges for every-corpus rows
     distractors: bool = True  # several datasets: add the small distractor corpora
 
@@ -150,9 +152,10 @@ def plan_runs(options: EvalOptions) -> list[RunSpec]:
 
 
 def prepare(dataset: Dataset | str | Path, o: EvalOptions) -> Dataset:
-    """Load `dataset` (if a path) and apply the dataset options (near-duplicates)."""
+    """Load `dataset` (if a path) and apply the dataset options (near-duplicates, typos)."""
     data = dataset if isinstance(dataset, Dataset) else load(dataset, o.split)
-    return with_near_duplicates(data) if o.near_duplicates else data
+    data = with_near_duplicates(data) if o.near_duplicates else data
+    return with_query_typos(data) if o.query_typos else data
 
 
 def check(specs: Sequence[RunSpec], embedder: Embedder | None, o: EvalOptions) -> None:

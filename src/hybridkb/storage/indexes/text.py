@@ -25,6 +25,7 @@ from ...model import Filters
 from ...textquery import TextQuery
 from . import text_schema as ts
 from .text_delta import IndexStats
+from .text_scope import CorpusStats
 
 STATE_FILE = "hkb-state.json"
 _WRITER_HEAP = 64_000_000
@@ -54,6 +55,7 @@ class TextIndex:
         self.folder = folder
         self._state = state
         self._avgdl: float | None = None
+        self._scopes: dict[tuple[str, ...], CorpusStats] = {}  # until the next reload
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -117,7 +119,11 @@ class TextIndex:
             if state is not None:
                 self._state = state
         self._index.reload()
+        self._forget_statistics()
+
+    def _forget_statistics(self) -> None:
         self._avgdl = None
+        self._scopes = {}
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -148,7 +154,7 @@ class TextIndex:
         # Reload before the new sequence shows: a search that sees the sequence (and drops
         # those writes from its delta) must also see the commit.
         self._index.reload()
-        self._avgdl = None
+        self._forget_statistics()
         self._state = {**self._state, "seq": int(seq)}
         self._write_state()
         return added
@@ -159,10 +165,22 @@ class TextIndex:
         """Text as the index's analyzer tokenizes it."""
         return list(self._analyzer.analyze(text))
 
-    def stats(self, query: TextQuery) -> IndexStats:
-        """Document count, average body length and document frequencies, for scoring the
-        delta alike. tantivy-py shows the average length only in a score explanation, so
-        one is asked for (of the query's first indexed term) and kept until the next reload."""
+    def _scope(self, searcher: tantivy.Searcher, corpora: Sequence[str] | None
+               ) -> CorpusStats | None:
+        """The statistics of `corpora` when they are not the whole index (text_scope.py)."""
+        if not corpora:
+            return None
+        key = tuple(sorted(set(corpora)))
+        scope = self._scopes.get(key)
+        if scope is None:
+            scope = self._scopes[key] = CorpusStats(searcher, self.schema, key)
+        return None if scope.is_whole else scope
+
+    def stats(self, query: TextQuery, corpora: Sequence[str] | None = None) -> IndexStats:
+        """Document count, average body length and document frequencies (of `corpora`, when
+        they are not the whole index), for scoring the delta alike. tantivy-py shows the
+        average length only in a score explanation, so one is asked for (of the query's
+        first indexed term) and kept until the next reload."""
         searcher = self._index.searcher()
         docs = int(searcher.num_docs)
         if self._avgdl is None and docs:
@@ -175,6 +193,9 @@ class TextIndex:
                 if hits:
                     self._avgdl = _avgdl(json.loads(q.explain(searcher, hits[0][1]).to_json()))
                     break
+        scope = self._scope(searcher, corpora)
+        if scope is not None:
+            return IndexStats(docs=scope.docs, avgdl=self._avgdl or 0.0, doc_freq=scope.doc_freq)
         return IndexStats(docs=docs, avgdl=self._avgdl or 0.0,
                           doc_freq=lambda tok: int(searcher.doc_freq("body", tok)))
 
@@ -183,17 +204,23 @@ class TextIndex:
         limit: int, rowids: Sequence[int] | None = None, exclude: Sequence[int] = (),
     ) -> list[tuple[int, float]]:
         """(rowid, BM25 score) best first, ties by rowid; filters applied inside the index;
-        `exclude`d rowids (those the delta holds newer versions of) never come back."""
+        `exclude`d rowids (those the delta holds newer versions of) never come back. A search
+        of some corpora weighs terms by those corpora's statistics (text_scope.py)."""
         if limit <= 0 or query.is_empty:
             return []
-        terms = ts.term_queries(self.schema, query, self._analyzer.analyze)
-        if not terms:
+        words = ts.term_words(query, self._analyzer.analyze)
+        if not words:
             return []
+        searcher = self._index.searcher()
+        terms = [ts.term_query(self.schema, w) for w in words]
+        scope = self._scope(searcher, corpora)
+        if scope is not None:
+            terms = [tantivy.Query.boost_query(t, scope.boost(w))
+                     for t, w in zip(terms, words, strict=True)]
         clauses = ts.filter_clauses(self.schema, corpora, filters, now, rowids)
         if exclude:
             clauses.append((tantivy.Occur.MustNot, tantivy.Query.term_set_query(
                 self.schema, "rowid", [int(r) for r in exclude])))
-        searcher = self._index.searcher()
         result = searcher.search(ts.search_query(self.schema, terms, clauses),
                                  min(limit, _MAX_HITS), count=False)
         if not result.hits:

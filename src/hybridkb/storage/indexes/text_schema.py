@@ -164,7 +164,7 @@ def filter_clauses(
     """The filters of a search as zero-score MUST clauses (the same rows `filter_sql` keeps)."""
     clauses = []
     if corpora is not None:
-        clauses.append(_filter(tantivy.Query.term_set_query(schema, "corpus", list(corpora))))
+        clauses.append(_filter(corpus_query(schema, corpora)))
     for name, values in (("kind", filters.kinds), ("scope", filters.scope), ("repo", filters.repo),
                          ("namespace", filters.namespace)):
         if values:
@@ -189,21 +189,22 @@ def filter_clauses(
     return clauses
 
 
-def term_queries(
-    schema: tantivy.Schema, query: TextQuery, analyze: Any,
-) -> list[tantivy.Query]:
+def term_words(query: TextQuery, analyze: Any) -> list[list[str]]:
     """Each query term (already split into lowercase words by textquery) through the index's
-    analyzer: one word is a term query, several a phrase. Terms the analyzer empties are dropped."""
-    out: list[tantivy.Query] = []
-    for term in query.terms:
-        words = [tok for word in term for tok in analyze(word)]
-        if not words:
-            continue
-        if len(words) == 1:
-            out.append(tantivy.Query.term_query(schema, "body", words[0], index_option="freq"))
-        else:
-            out.append(tantivy.Query.phrase_query(schema, "body", words))
-    return out
+    analyzer; terms the analyzer empties are dropped."""
+    words = ([tok for word in term for tok in analyze(word)] for term in query.terms)
+    return [w for w in words if w]
+
+
+def term_query(schema: tantivy.Schema, words: Sequence[str]) -> tantivy.Query:
+    """One analyzed word is a term query, several a phrase."""
+    if len(words) == 1:
+        return tantivy.Query.term_query(schema, "body", words[0], index_option="freq")
+    return tantivy.Query.phrase_query(schema, "body", list(words))
+
+
+def corpus_query(schema: tantivy.Schema, corpora: Sequence[str]) -> tantivy.Query:
+    return tantivy.Query.term_set_query(schema, "corpus", list(corpora))
 
 
 def search_query(

@@ -489,7 +489,7 @@ class SQLiteBackend:
                 allowed.update(r[0] for r in self._read(
                     f"SELECT i.rowid FROM items i WHERE i.rowid IN ({_marks(len(chunk))}) AND {where}",
                     [*chunk, *params]))
-            extra = delta.search(query, index.analyze, index.stats(query), allowed)
+            extra = delta.search(query, index.analyze, index.stats(query, area.corpora), allowed)
             top = sorted(top + extra, key=lambda p: (-p[1], p[0]))[:limit]
         return self._ids_of(top)
 
