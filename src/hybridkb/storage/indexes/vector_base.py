@@ -17,7 +17,7 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +88,27 @@ class VectorBase:
     corpus_names: list[str]
     expires: npt.NDArray[np.float64]
     stale: npt.NDArray[np.uint8]
+    # The whole-base mask of each filter searches used, with its share of the base, and the
+    # clock range it holds for: [computed at, the next expiry after that) (masked()).
+    _masks: dict[tuple[Any, ...], tuple[npt.NDArray[np.bool_], float, float, float]] = field(
+        default_factory=dict)
+
+    def masked(self, wanted: Wanted) -> tuple[npt.NDArray[np.bool_], float]:
+        """`allowed(wanted)` over the whole base (read-only) and the share it keeps; kept
+        until the clock passes the next expiry, so a search pays for it once per filter."""
+        key = (wanted.corpora, wanted.include_expired, wanted.include_stale)
+        found = self._masks.get(key)
+        if found is not None and found[2] <= wanted.now < found[3]:
+            return found[0], found[1]
+        mask = self.allowed(wanted)
+        mask.flags.writeable = False
+        later = self.expires[self.expires > wanted.now]
+        until = float(later.min()) if later.size else float("inf")
+        share = float(mask.mean()) if mask.size else 0.0
+        if len(self._masks) > 16:
+            self._masks.clear()
+        self._masks[key] = (mask, share, wanted.now, until)
+        return mask, share
 
     def allowed(self, wanted: Wanted, positions: npt.NDArray[np.int64] | None = None
                 ) -> npt.NDArray[np.bool_]:
