@@ -110,6 +110,23 @@ def test_forced_graph_holds_recall_and_checks_filters(db: Path) -> None:
     kb.close()
 
 
+
+def test_graph_answers_carry_exact_scores_and_the_breadth_grows_with_the_base(db: Path) -> None:
+    """The graph only picks rows (its f16 distances are approximate); each is scored on the
+    stored float32 vectors, as an exact scan and the delta score it."""
+    from hybridkb.storage.indexes import vector_base
+
+    kb = open_kb(db, vector_ann="on")
+    m = fill(kb, 2000)
+    area = SearchArea(None, parse_filters(None), now_ts())
+    for q in unit_rows(10, 13):
+        for item_id, score in kb.backend.vector_search(q, area, 10):
+            assert score == pytest.approx(float(m[int(item_id[1:])] @ q), abs=1e-6)  # f16: ~1e-3
+    assert vector_base.ef_search(1_000) == vector_base.EF_SEARCH
+    assert vector_base.ef_search(10 * vector_base.EF_SCALE_FROM) > vector_base.EF_SEARCH
+    kb.close()
+
+
 def test_graph_answers_skip_expired_and_stale_items(db: Path) -> None:
     kb = open_kb(db, vector_ann="on")
     m = fill(kb, 500)

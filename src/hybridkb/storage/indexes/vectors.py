@@ -361,7 +361,8 @@ def knn(
         mask = mask & ~np.isin(base.rowids, changed)
         share = float(mask.mean()) if mask.size else 0.0
     if base.ann is not None and share >= ANN_MIN_SHARE:
-        count = int(np.ceil(2 * limit / share)) + 10
+        # Everything allowed: the graph's top `limit` is the answer; else over-fetch.
+        count = limit if share >= 1.0 else int(np.ceil(2 * limit / share)) + 10
         while count < len(base):
             keys, scores = base.nearest(query, count)
             ok = mask[np.searchsorted(base.rowids, keys)]
