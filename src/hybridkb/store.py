@@ -6,6 +6,7 @@ import json
 import uuid
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import replace as dc_replace
 from datetime import timedelta
 from typing import Any
@@ -413,14 +414,15 @@ class KnowledgeBase:
             min_score=opts["min_score"], merge=merge,
         )
         plan.validate()
-        names = selection.resolve_corpora(self.corpora(), selection.pick_corpora(corpus, corpora))
-        notes: list[str] = []
-        embed = self._query_embedder(mode, notes)
-        if embed is not None and self.backend.ids_missing_vectors(1):
-            notes.append(f"{self.awaiting_embedding()} item(s) awaiting embedding: found by full text "
-                         f"only until embedded (`hybridkb embed`)")
-        result = pipeline.run(plan, self.backend, corpora=names, now=now_ts(), embed_query=embed,
-                              labels=self.label_templates(), notes=notes)
+        with getattr(self.backend, "pinned_reads", nullcontext)():  # SQLite: one change check
+            names = selection.resolve_corpora(self.corpora(), selection.pick_corpora(corpus, corpora))
+            notes: list[str] = []
+            embed = self._query_embedder(mode, notes)
+            if embed is not None and self.backend.ids_missing_vectors(1):
+                notes.append(f"{self.awaiting_embedding()} item(s) awaiting embedding: found by full "
+                             f"text only until embedded (`hybridkb embed`)")
+            result = pipeline.run(plan, self.backend, corpora=names, now=now_ts(), embed_query=embed,
+                                  labels=self.label_templates(), notes=notes)
         if touch and result.hits:
             self.backend.touch([h.id for h in result.hits], now_ts())
         return result

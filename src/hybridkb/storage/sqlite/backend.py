@@ -95,7 +95,8 @@ class SQLiteBackend:
         self._lock = threading.RLock()
         self._writes = 0  # bumped around every write transaction: read caches key on it
         # What searches ask again and again, kept until the store changes (reads.py).
-        self._memo = Memo(lambda: (self._data_version(), self._writes))
+        self._memo = Memo()
+        self._pin = threading.local()  # a search's token, read once (pinned_reads)
         self._id_map = IdMap()
         self.newer_schema: str | None = None
         try:
@@ -188,7 +189,24 @@ class SQLiteBackend:
     def _memoized(self, name: str, compute: Callable[[], Any]) -> Any:
         """`compute()`, or its answer from before when the store has not changed since."""
         with self._lock:
-            return self._memo.get(name, compute)
+            token = getattr(self._pin, "token", None)
+            if token is None or token[1] != self._writes:  # not pinned, or written since
+                token = (self._data_version(), self._writes)
+            return self._memo.get(name, token, compute)
+
+    @contextmanager
+    def pinned_reads(self) -> Iterator[None]:
+        """One `PRAGMA data_version` for everything a search asks: whether the store changed
+        is read at its start (another process's commit is seen by the next search)."""
+        if getattr(self._pin, "token", None) is not None:
+            yield
+            return
+        with self._lock:
+            self._pin.token = (self._data_version(), self._writes)
+        try:
+            yield
+        finally:
+            self._pin.token = None
 
     def close(self) -> None:
         self._text.close()

@@ -4,7 +4,8 @@
 SQLite tells a connection when another one committed (`PRAGMA data_version`); with the
 backend's count of its own write transactions that makes a token that changes whenever
 an answer may have: the meta table, the change log's bounds, the published vector base,
-the corpus counts and whether items wait for a vector are kept per token.
+the corpus counts and whether items wait for a vector are kept per token. A search reads
+the token once (`SQLiteBackend.pinned_reads`).
 
 Rowid -> id pairs outlive writes: a rowid names one item until that item is deleted (an
 item written later may reuse it), so after a write only the pairs of rowids the change
@@ -26,15 +27,13 @@ _PAIRS_MAX = 300_000
 
 
 class Memo:
-    """Answers kept while `token()` returns the same value."""
+    """Answers kept while the token they were read under stays the same."""
 
-    def __init__(self, token: Callable[[], object]) -> None:
-        self._token = token
+    def __init__(self) -> None:
         self._key: object = None
         self._values: dict[str, Any] = {}
 
-    def get(self, name: str, compute: Callable[[], Any]) -> Any:
-        key = self._token()
+    def get(self, name: str, key: object, compute: Callable[[], Any]) -> Any:
         if key != self._key:
             self._values = {}
             self._key = key
