@@ -218,7 +218,11 @@ def optimize(ctx: Context) -> None:
             return
         click.echo(f"text index: {report['text_documents']} documents, up to change {report['text_seq']}")
         if "vectors" in report:
-            shape = "HNSW graph" if report["graph"] else "exact scan (no graph at this size)"
+            shape = "exact scan (no graph at this size)"
+            if report["graph"]:
+                shape = (f"HNSW graph, recall@10 {report['graph_recall']} at ef {report['graph_ef']}"
+                         if report["graph_used"] else
+                         f"exact scan (the graph measured recall@10 {report['graph_recall']})")
             done = "built now" if report["vector_base_built"] else "already current"
             click.echo(f"vector index: {report['vectors']} vectors, {shape}, {done}")
         click.echo(f"done in {report['seconds']:.1f}s")

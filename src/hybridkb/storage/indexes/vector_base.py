@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ...progress import ProgressFactory, no_progress
+from .vector_recall import calibrate
 
 Vector = npt.NDArray[np.float32]
 RowIds = npt.NDArray[np.int64]
@@ -38,15 +39,7 @@ ANN_MIN_ROWS = 30_000
 ANN_DTYPE = "f16"
 CONNECTIVITY = 16
 EF_ADD = 128
-EF_SEARCH = 128
-EF_SCALE_FROM = 100_000
-
-
-def ef_search(n: int) -> int:
-    """The graph's search breadth for a base of `n` vectors: EF_SEARCH up to EF_SCALE_FROM,
-    then growing with the base (near-duplicate clusters grow with it, and a fixed breadth
-    loses recall: 0.39 at 1M with ef 128, docs/benchmarks.md)."""
-    return max(EF_SEARCH, int(EF_SEARCH * n / EF_SCALE_FROM))
+EF_SEARCH = 128  # the breadth of a graph built before its recall was measured (vector_recall.py)
 
 
 class BaseUnusable(Exception):
@@ -100,6 +93,11 @@ class VectorBase:
     # clock range it holds for: [computed at, the next expiry after that) (masked()).
     _masks: dict[tuple[Any, ...], tuple[npt.NDArray[np.bool_], float, float, float]] = field(
         default_factory=dict)
+    # The graph's search breadth and the recall@10 its build measured (vector_recall.py);
+    # graph_ok False: it cannot hold the target recall here, so searches scan exactly.
+    ef: int = EF_SEARCH
+    recall: float | None = None
+    graph_ok: bool = True
 
     def masked(self, wanted: Wanted) -> tuple[npt.NDArray[np.bool_], float]:
         """`allowed(wanted)` over the whole base (read-only) and the share it keeps; kept
@@ -156,8 +154,13 @@ class VectorBase:
                     raise BaseUnusable("vector graph does not match the matrix")
         except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
             raise BaseUnusable(f"vector base {folder.name} is damaged: {exc}") from exc
+        calibrated = "ef" in meta
+        ef = int(meta["ef"] or EF_SEARCH) if calibrated else EF_SEARCH
+        if ann is not None:
+            ann.expansion_search = ef
         return cls(folder, int(meta["seq"]), dim, np.asarray(rowids), matrix, ann, np.asarray(codes),
-                   list(meta.get("corpora", [])), np.asarray(expires), np.asarray(stale))
+                   list(meta.get("corpora", [])), np.asarray(expires), np.asarray(stale), ef=ef,
+                   recall=meta.get("recall"), graph_ok=not calibrated or meta["ef"] is not None)
 
     def __len__(self) -> int:
         return len(self.rowids)
@@ -184,7 +187,7 @@ class VectorBase:
         if self.ann is None:
             return self.exact(query, None)
         # twice the rows asked for: top-300 recall 0.95 with ef 300, 0.99 with ef 600 (100k)
-        self.ann.expansion_search = max(ef_search(len(self)), 2 * count)
+        self.ann.expansion_search = max(self.ef, 2 * count)
         found = self.ann.search(query, min(count, len(self)))
         keys = np.asarray(found.keys, dtype=np.int64)
         return self.exact(query, np.searchsorted(self.rowids, keys).astype(np.int64))
@@ -290,8 +293,10 @@ def _build(
                 graph.add(np.asarray(rowids_all[start:stop]).astype(np.uint64),
                           np.asarray(matrix[start:stop]), threads=threads)
                 bar.update(stop - start)
+        measured = calibrate(graph, matrix, rowids_all)
         graph.save(str(tmp / "ann.usearch"))
         del graph, rowids_all, matrix
     (tmp / "meta.json").write_text(json.dumps(
         {"format": FORMAT, "n": n, "dim": dim, "seq": seq, "ann": with_ann,
-         "corpora": sorted(names, key=names.__getitem__)}), encoding="utf-8")
+         "corpora": sorted(names, key=names.__getitem__),
+         **({"ef": measured.ef, "recall": measured.recall} if with_ann else {})}), encoding="utf-8")

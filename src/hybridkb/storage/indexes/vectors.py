@@ -360,7 +360,7 @@ def knn(
     if changed.size:
         mask = mask & ~np.isin(base.rowids, changed)
         share = float(mask.mean()) if mask.size else 0.0
-    if base.ann is not None and share >= ANN_MIN_SHARE:
+    if base.ann is not None and base.graph_ok and share >= ANN_MIN_SHARE:
         # Everything allowed: the graph's top `limit` is the answer; else over-fetch.
         count = limit if share >= 1.0 else int(np.ceil(2 * limit / share)) + 10
         while count < len(base):

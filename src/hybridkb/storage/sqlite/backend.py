@@ -551,6 +551,9 @@ class SQLiteBackend:
             base, _ = self._vectors.view(dim)
             out.update(vectors=0 if base is None else len(base), vector_seq=0 if base is None
                        else base.seq, graph=base is not None and base.ann is not None,
+                       graph_used=base is not None and base.ann is not None and base.graph_ok,
+                       graph_recall=None if base is None else base.recall,
+                       graph_ef=None if base is None or base.ann is None else base.ef,
                        vector_base_built=built)
         return out
 
