@@ -108,6 +108,19 @@ def test_word_set_fingerprint_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) 
     assert len(set(prints)) == 50
 
 
+
+@pytest.mark.parametrize("seed", range(5))
+def test_tokens_is_the_regex_word_set_for_ascii_and_unicode_text(seed: int) -> None:
+    import re
+
+    rng = random.Random(seed)
+    alphabet = ([chr(c) for c in range(128)] + list("éÉßİıǅ²½٣—“”…\u00a0\u2028_") + ["\x00"])
+    for _ in range(300):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 80)))
+        for sample in (text, text.encode("ascii", "ignore").decode()):
+            assert tokens(sample) == frozenset(re.findall(r"\w+", sample.lower())), repr(sample)
+
+
 def test_type_weights() -> None:
     policy = ScorePolicy()
     now = time.time()

@@ -157,3 +157,26 @@ def test_reopen_reads_seq_and_refuses_foreign_or_broken(tmp_path: Path) -> None:
         TextIndex.open(folder, "store-1")
     with pytest.raises(IndexUnusable):
         TextIndex.open(tmp_path / "nowhere", "store-1")
+
+
+def test_filters_that_keep_every_document_are_left_out_and_come_back_when_needed(
+        tmp_path: Path) -> None:
+    """The index leaves out a corpus / expiry / staleness clause that would keep all of its
+    documents (a MUST clause costs most of a search); each comes back once a document
+    would be dropped by it: another corpus, a stale document, the clock passing an expiry."""
+    idx = TextIndex.create(tmp_path / "t", "store-1")
+    idx.apply([TextDoc(1, None, "otters swim", "a"), TextDoc(2, None, "otters dive", "a",
+                                                             expires_at=NOW + 10)], (), seq=1)
+
+    def found(corpora: list[str] | None = None, now: float = NOW) -> set[int]:
+        return {r for r, _ in idx.search(parse("otters"), corpora=corpora, filters=Filters(),
+                                         now=now, limit=10)}
+
+    assert found(["a"]) == {1, 2}
+    assert found(["a"], now=NOW + 10) == {1}  # expired at that clock, then back before it
+    assert found(["a"]) == {1, 2}
+    idx.apply([TextDoc(3, None, "otters nap", "b"), TextDoc(4, None, "otters hide", "a", stale=True)],
+              (), seq=2)
+    assert found(["a"]) == {1, 2}
+    assert found(["a", "b"]) == {1, 2, 3}
+    assert found(None, now=NOW + 20) == {1, 3}

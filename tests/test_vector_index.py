@@ -15,6 +15,7 @@ import hybridkb
 from hybridkb import HashingEmbedder, KnowledgeBase
 from hybridkb.model import now_ts, parse_filters
 from hybridkb.storage.contract import SearchArea
+from hybridkb.storage.indexes import vector_recall
 from hybridkb.storage.indexes import vectors as vectors_mod
 
 DIM = 32
@@ -107,6 +108,37 @@ def test_forced_graph_holds_recall_and_checks_filters(db: Path) -> None:
     for q in unit_rows(5, 12):
         got = vsearch(kb, q)
         assert len(got) == 10 and set(got) <= alive
+    kb.close()
+
+
+
+def test_graph_answers_carry_exact_scores_and_the_breadth_grows_with_the_base(db: Path) -> None:
+    """The graph only picks rows (its f16 distances are approximate); each is scored on the
+    stored float32 vectors, as an exact scan and the delta score it."""
+    kb = open_kb(db, vector_ann="on")
+    m = fill(kb, 2000)
+    area = SearchArea(None, parse_filters(None), now_ts())
+    for q in unit_rows(10, 13):
+        for item_id, score in kb.backend.vector_search(q, area, 10):
+            assert score == pytest.approx(float(m[int(item_id[1:])] @ q), abs=1e-6)  # f16: ~1e-3
+    base, _ = kb.backend._vectors.view(DIM)
+    assert base is not None and base.graph_ok and base.recall is not None and base.recall >= 0.95
+    assert base.ef in vector_recall.LADDER and base.ann is not None
+    assert base.ann.expansion_search == base.ef
+    kb.close()
+
+
+def test_a_graph_that_cannot_hold_the_recall_target_is_not_used(
+        db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The build measures its graph (vector_recall.py); below the target at every breadth
+    tried, searches scan the base exactly instead."""
+    monkeypatch.setattr(vector_recall, "RECALL_TARGET", 1.01)  # no graph reaches it
+    kb = open_kb(db, vector_ann="on")
+    fill(kb, 1500)
+    report = kb.optimize()
+    assert report["graph"] is True and report["graph_used"] is False and report["graph_ef"] is not None
+    for q in unit_rows(10, 14):
+        assert vsearch(kb, q) == brute(kb, q, 10)  # exact, tie order included
     kb.close()
 
 

@@ -31,7 +31,7 @@ FLAGS = "hybridkb.flags"
 # Commands that read (or change) an existing store: on a missing SQLite file they fail instead
 # of creating an empty one.
 NEEDS_STORE = frozenset({"search", "get", "stats", "export", "migrate", "delete", "purge", "reembed",
-                         "check"})
+                         "check", "optimize"})
 
 
 def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:

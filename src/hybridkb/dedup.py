@@ -29,7 +29,15 @@ _ALL_PAIRS_UP_TO = 64  # below this, sorting tokens for prefix filtering costs m
 _WORD = re.compile(r"\w+")
 
 
+# ASCII bytes that \w does not match, as spaces: an ASCII text's words are then its
+# whitespace-separated runs (a bytes translate and a split cost half a regex scan).
+_ASCII_WORDS = bytes(c if c >= 128 or chr(c).isalnum() or c == ord("_") else 32 for c in range(256))
+
+
 def tokens(text: str) -> frozenset[str]:
+    r"""The set of lowercased \w+ runs (the same set for ASCII text by the faster route)."""
+    if text.isascii():
+        return frozenset(text.lower().encode("ascii").translate(_ASCII_WORDS).decode("ascii").split())
     return frozenset(_WORD.findall(text.lower()))
 
 

@@ -147,3 +147,26 @@ def best_possible(
         return sum(w for w, _ in present) / (k + 1)
     normalize = _minmax if method == "convex" else _distribution
     return sum(w * normalize(scored)[scored[0][0]] for w, scored in present if scored)
+
+
+def fuse_with_best(
+    method: str, lists: Sequence[Scored], *, weights: Sequence[float] | None = None,
+    k: float = RRF_K,
+) -> tuple[Fused, float]:
+    """`fuse` and `best_possible` together, each list normalized once (the same arithmetic,
+    so the same floats: a search fuses every time)."""
+    if method not in ("convex", "dbsf"):
+        return fuse(method, lists, weights=weights, k=k), best_possible(method, lists,
+                                                                        weights=weights, k=k)
+    ws = _check_weights(len(lists), weights)
+    normalize = _minmax if method == "convex" else _distribution
+    scores: dict[str, float] = {}
+    tops: list[float] = []
+    for w, scored in zip(ws, lists, strict=True):
+        firsts = _first_occurrences(scored)
+        normalized = normalize(firsts)
+        for doc, s in normalized.items():
+            scores[doc] = scores.get(doc, 0.0) + w * s
+        if scored and firsts:
+            tops.append(w * normalized[firsts[0][0]])
+    return _sorted(scores), sum(tops)

@@ -105,6 +105,29 @@ class _Candidate:
     merged: bool = False  # ranked by the cross-corpus RRF score (merge="rrf")
 
 
+@dataclass(slots=True)
+class _Group:
+    """One group's lists after collapse and fusion. Candidates are made from it only for
+    the pool a search reads further (a few dozen of several hundred fused ids)."""
+
+    order: list[str]  # fused, best first
+    fused: dict[str, float]
+    best: float  # the best fused score possible in this group
+    lists: dict[str, ScoredIds]  # each retriever's list after its head's collapse
+    alternates: dict[str, list[str]]  # survivor -> the copies its lists' collapse absorbed
+    _ranks: dict[str, dict[str, tuple[int, float]]] | None = None
+
+    def candidate(self, doc: str) -> _Candidate:
+        if self._ranks is None:
+            self._ranks = {name: {d: (rank, score) for rank, (d, score) in enumerate(scored, start=1)}
+                           for name, scored in self.lists.items()}
+        retrievers = {name: RetrieverHit(rank=at[0], score=at[1])
+                      for name, ranks in self._ranks.items() if (at := ranks.get(doc)) is not None}
+        score = self.fused[doc]
+        return _Candidate(score, retrievers, list(self.alternates.get(doc, ())),
+                          relevance(score, self.best))
+
+
 QueryEmbedder = Callable[[str], Vector]
 
 
@@ -151,21 +174,24 @@ def run(
            now)
 
     vectors = backend.vectors_for(sorted(items)) if plan.dedup_cosine is not None else {}
-    candidates: dict[str, _Candidate] = {}
     token_sets: dict[str, frozenset[str]] = {}  # each text tokenized once per search (dedup)
-    ranked_groups = [_fuse_group(plan, lists[g], items, vectors, candidates, token_sets)
-                     for g in groups]
+    fused_groups = [_fuse_group(plan, lists[g], items, vectors, token_sets) for g in groups]
 
-    if len(ranked_groups) > 1:  # merge="rrf": each corpus gets equal say
-        merged = fusion_lib.rrf(ranked_groups, k=plan.rrf_k)
-        for doc, score in merged:
-            candidates[doc].fused = score
-            candidates[doc].merged = True
+    merged_scores: dict[str, float] = {}
+    if len(fused_groups) > 1:  # merge="rrf": each corpus gets equal say
+        merged = fusion_lib.rrf([fg.order for fg in fused_groups], k=plan.rrf_k)
+        merged_scores = dict(merged)
         order = [doc for doc, _ in merged]
     else:
-        order = ranked_groups[0] if ranked_groups else []
+        order = fused_groups[0].order if fused_groups else []
 
     order = order[:pool]
+    candidates: dict[str, _Candidate] = {}
+    for doc in order:
+        owner = next(fg for fg in fused_groups if doc in fg.fused)
+        cand = candidates[doc] = owner.candidate(doc)
+        if merged_scores:
+            cand.fused, cand.merged = merged_scores[doc], True
     _fetch(backend, items, set(order), now)
     order = [doc for doc in order if doc in items]  # gone since retrieval: deleted meanwhile
     # Each list was collapsed apart; copies that survived in different lists (or corpora)
@@ -209,38 +235,32 @@ def _answered_by(lists: dict[tuple[str, ...], dict[str, ScoredIds]]) -> str:
 
 def _fuse_group(
     plan: SearchPlan, per: dict[str, ScoredIds], items: dict[str, StoredItem],
-    vectors: dict[str, Vector], candidates: dict[str, _Candidate],
-    token_sets: dict[str, frozenset[str]],
-) -> list[str]:
-    """Collapse each list's head, fuse the lists, and record each candidate's relevance."""
+    vectors: dict[str, Vector], token_sets: dict[str, frozenset[str]],
+) -> _Group:
+    """Collapse each list's head and fuse the lists."""
     names, scored_lists, weights = [], [], []
+    alternates: dict[str, list[str]] = {}
     head, _ = _heads(plan)
     for name, scored in per.items():
         # Collapse duplicates in the head (read from the store); the tail only informs fusion.
         top = [d for d, _ in scored[:head] if d in items]
-        kept, alternates = _collapse(plan, top, items, vectors, _shares(scored[:head]), token_sets)
+        kept, absorbed = _collapse(plan, top, items, vectors, _shares(scored[:head]), token_sets)
         keep = set(kept)
         scored = [(d, s) for d, s in scored[:head] if d in keep] + list(scored[head:])
         names.append(name)
         scored_lists.append(scored)
         weights.append(plan.weights[1] if name == "vector" else plan.weights[0])
-        for rank, (doc, score) in enumerate(scored, start=1):
-            cand = candidates.setdefault(doc, _Candidate(0.0, {}))
-            cand.retrievers[name] = RetrieverHit(rank=rank, score=score)
-        for survivor, absorbed in alternates.items():
-            alt = candidates[survivor].alternates
-            alt.extend(a for a in absorbed if a not in alt)
+        for survivor, others in absorbed.items():
+            alt = alternates.setdefault(survivor, [])
+            alt.extend(a for a in others if a not in alt)
+    lists = dict(zip(names, scored_lists, strict=True))
     present = [i for i, s in enumerate(scored_lists) if s]
     if not present:
-        return []
-    fused = fusion_lib.fuse(plan.fusion, [scored_lists[i] for i in present],
-                            weights=[weights[i] for i in present], k=plan.rrf_k)
-    best = fusion_lib.best_possible(plan.fusion, [scored_lists[i] for i in present],
-                                    weights=[weights[i] for i in present], k=plan.rrf_k)
-    for doc, score in fused:
-        candidates[doc].fused = score
-        candidates[doc].relevance = relevance(score, best)
-    return [doc for doc, _ in fused]
+        return _Group([], {}, 0.0, lists, alternates)
+    fused, best = fusion_lib.fuse_with_best(
+        plan.fusion, [scored_lists[i] for i in present], weights=[weights[i] for i in present],
+        k=plan.rrf_k)
+    return _Group([doc for doc, _ in fused], dict(fused), best, lists, alternates)
 
 
 def _collapse(

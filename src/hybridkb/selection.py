@@ -7,9 +7,10 @@ staleness), for walks over items such as `KnowledgeBase.iter_items`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-from .errors import InvalidInputError
+from . import validation
+from .errors import InvalidInputError, NotFoundError
 from .model import Filters, Item
 
 
@@ -23,6 +24,25 @@ def pick_corpora(corpus: str | None, corpora: Sequence[str] | str | None) -> Seq
                                     f"{corpus!r:.80}")
         return [corpus]
     return corpora
+
+
+
+def resolve_corpora(existing: Mapping[str, int], corpora: Sequence[str] | str | None) -> list[str]:
+    """The corpora a search covers: all of `existing` (None), or the named ones that exist;
+    naming only unknown ones is an error (a typo would otherwise find nothing)."""
+    if corpora is None:
+        return sorted(existing)
+    if not isinstance(corpora, str) and (isinstance(corpora, Mapping | bytes)
+                                         or not isinstance(corpora, Iterable)):
+        raise InvalidInputError(f"corpora must be a corpus name or a list of them, got {corpora!r:.60}")
+    names = [corpora] if isinstance(corpora, str) else list(corpora)
+    for name in names:
+        validation.check_name("corpus", name)
+    unknown = [n for n in names if n not in existing]
+    if unknown and len(unknown) == len(names) and existing:
+        raise NotFoundError(
+            f"unknown corpus {', '.join(map(repr, unknown))}; known: {', '.join(sorted(existing))}")
+    return [n for n in dict.fromkeys(names) if n in existing]
 
 
 def _metadata_equal(stored: object, wanted: object) -> bool:

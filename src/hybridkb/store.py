@@ -6,6 +6,7 @@ import json
 import uuid
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import replace as dc_replace
 from datetime import timedelta
 from typing import Any
@@ -413,33 +414,18 @@ class KnowledgeBase:
             min_score=opts["min_score"], merge=merge,
         )
         plan.validate()
-        names = self._resolve_corpora(selection.pick_corpora(corpus, corpora))
-        notes: list[str] = []
-        embed = self._query_embedder(mode, notes)
-        if embed is not None and self.backend.ids_missing_vectors(1):
-            notes.append(f"{self.awaiting_embedding()} item(s) awaiting embedding: found by full text "
-                         f"only until embedded (`hybridkb embed`)")
-        result = pipeline.run(plan, self.backend, corpora=names, now=now_ts(), embed_query=embed,
-                              labels=self.label_templates(), notes=notes)
+        with getattr(self.backend, "pinned_reads", nullcontext)():  # SQLite: one change check
+            names = selection.resolve_corpora(self.corpora(), selection.pick_corpora(corpus, corpora))
+            notes: list[str] = []
+            embed = self._query_embedder(mode, notes)
+            if embed is not None and self.backend.ids_missing_vectors(1):
+                notes.append(f"{self.awaiting_embedding()} item(s) awaiting embedding: found by full "
+                             f"text only until embedded (`hybridkb embed`)")
+            result = pipeline.run(plan, self.backend, corpora=names, now=now_ts(), embed_query=embed,
+                                  labels=self.label_templates(), notes=notes)
         if touch and result.hits:
             self.backend.touch([h.id for h in result.hits], now_ts())
         return result
-
-    def _resolve_corpora(self, corpora: Sequence[str] | str | None) -> list[str]:
-        existing = self.corpora()
-        if corpora is None:
-            return sorted(existing)
-        if not isinstance(corpora, str) and (isinstance(corpora, Mapping | bytes)
-                                             or not isinstance(corpora, Iterable)):
-            raise InvalidInputError(f"corpora must be a corpus name or a list of them, got {corpora!r:.60}")
-        names = [corpora] if isinstance(corpora, str) else list(corpora)
-        for name in names:
-            validation.check_name("corpus", name)
-        unknown = [n for n in names if n not in existing]
-        if unknown and len(unknown) == len(names) and existing:
-            raise NotFoundError(
-                f"unknown corpus {', '.join(map(repr, unknown))}; known: {', '.join(sorted(existing))}")
-        return [n for n in dict.fromkeys(names) if n in existing]
 
     def _query_embedder(self, mode: str, notes: list[str]) -> pipeline.QueryEmbedder | None:
         if mode == "fts":
@@ -505,6 +491,13 @@ class KnowledgeBase:
         return self.delete(item_id)
 
     # -- maintenance ------------------------------------------------------------------------
+
+    def optimize(self) -> dict[str, Any]:
+        """Bring the derived indexes (SQLite: the text index, the vector base and its graph)
+        fully up to date now, in the foreground, instead of leaving it to later searches
+        and background threads. Returns what was done ({} when the backend derives none)."""
+        optimize = getattr(self.backend, "optimize", None)
+        return dict(optimize()) if optimize is not None else {}
 
     def check(self, *, repair: bool = False) -> dict[str, Any]:
         """The store's health: the database's own integrity check and the store's (items,

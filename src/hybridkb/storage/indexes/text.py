@@ -11,6 +11,7 @@ holds the folder's lock file (see `sync.py`), readers reload to see a commit.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -56,6 +57,7 @@ class TextIndex:
         self._state = state
         self._avgdl: float | None = None
         self._scopes: dict[tuple[str, ...], CorpusStats] = {}  # until the next reload
+        self._snap: tuple[Any, dict[Any, bool]] | None = None  # see _snapshot()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -124,6 +126,48 @@ class TextIndex:
     def _forget_statistics(self) -> None:
         self._avgdl = None
         self._scopes = {}
+        self._snap = None
+
+    def _snapshot(self) -> tuple[Any, dict[Any, bool]]:
+        """The searcher every read uses until the next reload, and what is known about its
+        documents (which filters keep all of them: `_needed`)."""
+        snap = self._snap
+        if snap is None:
+            snap = self._snap = (self._index.searcher(), {})
+        return snap
+
+    def _needed(self, searcher: Any, facts: dict[Any, bool], corpora: Sequence[str] | None,
+                filters: Filters, now: float) -> tuple[Sequence[str] | None, Filters]:
+        """The corpus, expiry and staleness filters that would drop a document of this
+        snapshot; the others are left out. A filter is a MUST clause, and intersecting with
+        it costs most of a top-k search (4 ms of 4.7 at 100k documents, top 300) even when
+        it keeps everything, as the default filters over every corpus usually do."""
+        def count(key: Any, query: tantivy.Query) -> bool:  # "no document matches", kept
+            if key not in facts:
+                facts[key] = searcher.search(query, 1, count=True).count == 0
+            return facts[key]
+
+        if corpora is not None and count(("outside", tuple(sorted(corpora))), tantivy.Query.boolean_query(
+                [(tantivy.Occur.Must, tantivy.Query.all_query()),
+                 (tantivy.Occur.MustNot, tantivy.Query.term_set_query(self.schema, "corpus",
+                                                                      list(corpora)))])):
+            corpora = None
+        if not filters.include_stale and count("stale", tantivy.Query.term_query(
+                self.schema, "stale", True)):
+            filters = dataclasses.replace(filters, include_stale=True)
+        if not filters.include_expired and now < self._first_expiry(searcher, facts):
+            filters = dataclasses.replace(filters, include_expired=True)
+        return corpora, filters
+
+    def _first_expiry(self, searcher: Any, facts: dict[Any, Any]) -> float:
+        """The earliest expiry of a document in this snapshot (inf: none expires)."""
+        if "expiry" not in facts:
+            finite = tantivy.Query.range_query(self.schema, "expires", tantivy.FieldType.Float,
+                                               None, ts.NEVER, include_upper=False)
+            hits = searcher.search(finite, 1, count=False, order_by_field="expires",
+                                   order=tantivy.Order.Asc).hits
+            facts["expiry"] = float(hits[0][0]) if hits else float("inf")
+        return float(facts["expiry"])
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -181,7 +225,7 @@ class TextIndex:
         they are not the whole index), for scoring the delta alike. tantivy-py shows the
         average length only in a score explanation, so one is asked for (of the query's
         first indexed term) and kept until the next reload."""
-        searcher = self._index.searcher()
+        searcher, _ = self._snapshot()
         docs = int(searcher.num_docs)
         if self._avgdl is None and docs:
             for term in query.terms:
@@ -211,12 +255,13 @@ class TextIndex:
         words = ts.term_words(query, self._analyzer.analyze)
         if not words:
             return []
-        searcher = self._index.searcher()
+        searcher, facts = self._snapshot()
         terms = [ts.term_query(self.schema, w) for w in words]
         scope = self._scope(searcher, corpora)
         if scope is not None:
             terms = [tantivy.Query.boost_query(t, scope.boost(w))
                      for t, w in zip(terms, words, strict=True)]
+        corpora, filters = self._needed(searcher, facts, corpora, filters, now)
         clauses = ts.filter_clauses(self.schema, corpora, filters, now, rowids)
         if exclude:
             clauses.append((tantivy.Occur.MustNot, tantivy.Query.term_set_query(

@@ -239,6 +239,26 @@ class VectorIndexSync:
         with self._lock, self._exclusive("build"):
             self._build(dim, ann=self._wants_ann(self.source.vector_count()))
 
+    def optimize(self, dim: int) -> bool:
+        """Build the next generation now when the current one lacks vectors written since,
+        or the graph its size calls for; True when one was built. Waits for a build another
+        thread or process has under way, then looks again."""
+        if self.folder is None:
+            return False
+        with self._lock, self._exclusive("build"):
+            base = self._current_base(dim)
+            _, head = self.source.log_bounds()
+            pending = base is None or self._changed_after(base.seq, head)
+            wants_graph = bool(self._wants_ann(self.source.vector_count()))
+            if not pending and not (wants_graph and base is not None and base.ann is None):
+                return False
+            self._build(dim, ann=wants_graph)
+            return True
+
+    def _changed_after(self, seq: int, head: int) -> bool:
+        """Whether any vector change was logged after `seq` (up to `head`)."""
+        return seq < head and bool(self.source.vector_changes(seq, 1)[0])
+
     def wait(self, timeout: float | None = None) -> None:
         """Wait for a background build to finish."""
         worker = self._worker
@@ -336,12 +356,13 @@ def knn(
         pos = pos[base.allowed(wanted, pos)]
         parts.append(_top(*base.exact(query, pos), limit))
         return _merge(parts, limit)
-    mask = base.allowed(wanted)
+    mask, share = base.masked(wanted)
     if changed.size:
-        mask &= ~np.isin(base.rowids, changed)
-    share = float(mask.mean()) if mask.size else 0.0
-    if base.ann is not None and share >= ANN_MIN_SHARE:
-        count = int(np.ceil(2 * limit / share)) + 10
+        mask = mask & ~np.isin(base.rowids, changed)
+        share = float(mask.mean()) if mask.size else 0.0
+    if base.ann is not None and base.graph_ok and share >= ANN_MIN_SHARE:
+        # Everything allowed: the graph's top `limit` is the answer; else over-fetch.
+        count = limit if share >= 1.0 else int(np.ceil(2 * limit / share)) + 10
         while count < len(base):
             keys, scores = base.nearest(query, count)
             ok = mask[np.searchsorted(base.rowids, keys)]

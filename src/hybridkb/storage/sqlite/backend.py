@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,11 @@ from ..records import DEFAULT_BM25_WEIGHTS, META_PENDING_VECTOR_DIM, META_VECTOR
 from . import driver as sqlite_driver
 from . import maintenance
 from .changes import SQLiteChanges, prune
+from .reads import IdMap, Memo
+from .tables import SET_META as _SET_META
+from .tables import Tables as _Tables
+from .tables import create_vectors as _create_vectors
+from .tables import marks as _marks
 
 __all__ = ["BUSY_TIMEOUT_S", "DEFAULT_BM25_WEIGHTS", "SQLiteBackend", "filter_sql", "open_sqlite"]
 
@@ -40,24 +45,9 @@ BUSY_TIMEOUT_S = 30.0
 _MAX_VARS = 500  # stay under SQLITE_MAX_VARIABLE_NUMBER on old builds
 
 _ITEM_COLUMNS = ", ".join(records.ITEM_COLUMNS)
-_SET_META = records.set_meta_sql("?")
-_CREATE_PENDING = (
-    "CREATE TABLE IF NOT EXISTS vec_items_pending "
-    "(id TEXT PRIMARY KEY, embedding BLOB NOT NULL, content_hash TEXT NOT NULL)"
-)
-
-
 def _chunks(seq: Sequence[Any], size: int = _MAX_VARS) -> Iterator[Sequence[Any]]:
     for i in range(0, len(seq), size):
         yield seq[i : i + size]
-
-
-def _marks(n: int) -> str:
-    return ",".join("?" * n)
-
-
-def _create_vectors(dim: int) -> str:
-    return f"CREATE VIRTUAL TABLE vec_items USING vec0 (embedding float[{int(dim)}] distance_metric=cosine)"
 
 
 def _metadata_in(alias: str, key: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
@@ -83,52 +73,6 @@ def filter_sql(area: SearchArea, alias: str = "i") -> tuple[str, list[Any]]:
     return (" AND ".join(clauses) or "1"), params
 
 
-class _Tables:
-    """records.VectorTables inside one SQLite write transaction."""
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-
-    def meta(self, keys: Sequence[str]) -> dict[str, str]:
-        return dict(self.conn.execute(
-            f"SELECT key, value FROM meta WHERE key IN ({_marks(len(keys))})", list(keys)).fetchall())
-
-    def set_meta(self, pairs: Sequence[tuple[str, str]]) -> None:
-        self.conn.executemany(_SET_META, pairs)
-
-    def delete_meta(self, keys: Sequence[str]) -> None:
-        self.conn.execute(f"DELETE FROM meta WHERE key IN ({_marks(len(keys))})", list(keys))
-
-    def create_vector_table(self, dim: int) -> None:
-        self.conn.execute(_create_vectors(dim))
-
-    def replace_vector_table(self, dim: int) -> None:
-        self.conn.execute("DROP TABLE IF EXISTS vec_items")
-        self.conn.execute(_create_vectors(dim))
-
-    def has_pending_table(self) -> bool:
-        return self.conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'vec_items_pending'"
-        ).fetchone() is not None
-
-    def create_pending_table(self, dim: int) -> None:
-        self.conn.execute(_CREATE_PENDING)  # blobs: the dimension is checked on write
-
-    def drop_pending_table(self) -> None:
-        self.conn.execute("DROP TABLE IF EXISTS vec_items_pending")
-
-    def move_pending_vectors(self) -> int:
-        moved = self.conn.execute(
-            "INSERT INTO vec_items (rowid, embedding) SELECT i.rowid, p.embedding "
-            "FROM vec_items_pending p JOIN items i "
-            "ON i.id = p.id AND i.content_hash = p.content_hash").rowcount
-        self.conn.execute(
-            "UPDATE items SET embedded_hash = CASE WHEN EXISTS (SELECT 1 FROM vec_items_pending p "
-            "WHERE p.id = items.id AND p.content_hash = items.content_hash) "
-            "THEN content_hash ELSE NULL END")
-        return int(moved)
-
-
 class SQLiteBackend:
     """One SQLite file (or ":memory:"). Thread-safe through one lock per store."""
 
@@ -150,7 +94,10 @@ class SQLiteBackend:
         self.damaged = False  # set when SQLite reports damage: writes refused until repaired
         self._lock = threading.RLock()
         self._writes = 0  # bumped around every write transaction: read caches key on it
-        self._corpora: tuple[tuple[int, int], dict[str, int]] | None = None
+        # What searches ask again and again, kept until the store changes (reads.py).
+        self._memo = Memo()
+        self._pin = threading.local()  # a search's token, read once (pinned_reads)
+        self._id_map = IdMap()
         self.newer_schema: str | None = None
         try:
             self._conn = sqlite_driver.connect(self.path, timeout=BUSY_TIMEOUT_S)
@@ -174,7 +121,8 @@ class SQLiteBackend:
         self._writes_since_prune = 0
         self._changes = SQLiteChanges(
             self._read, self._write, self.get_meta("store_id") or "",
-            None if folder is None else lambda: sqlite_driver.connect(self.path, timeout=BUSY_TIMEOUT_S))
+            None if folder is None else lambda: sqlite_driver.connect(self.path, timeout=BUSY_TIMEOUT_S),
+            memo=self._memoized)
         self._text = TextIndexSync(None if folder is None else folder / "text", self._changes, progress,
                                    title_repeat=title_repeat(bm25_weights))
         # "auto": an HNSW graph past vector_base.ANN_MIN_ROWS, built in the background;
@@ -238,6 +186,28 @@ class SQLiteBackend:
             except (UnicodeEncodeError, OverflowError) as exc:  # a value SQLite cannot bind
                 raise InvalidInputError(f"a value cannot be used in a query: {exc}") from exc
 
+    def _memoized(self, name: str, compute: Callable[[], Any]) -> Any:
+        """`compute()`, or its answer from before when the store has not changed since."""
+        with self._lock:
+            token = getattr(self._pin, "token", None)
+            if token is None or token[1] != self._writes:  # not pinned, or written since
+                token = (self._data_version(), self._writes)
+            return self._memo.get(name, token, compute)
+
+    @contextmanager
+    def pinned_reads(self) -> Iterator[None]:
+        """One `PRAGMA data_version` for everything a search asks: whether the store changed
+        is read at its start (another process's commit is seen by the next search)."""
+        if getattr(self._pin, "token", None) is not None:
+            yield
+            return
+        with self._lock:
+            self._pin.token = (self._data_version(), self._writes)
+        try:
+            yield
+        finally:
+            self._pin.token = None
+
     def close(self) -> None:
         self._text.close()
         self._vectors.close()
@@ -247,8 +217,9 @@ class SQLiteBackend:
     # -- metadata -------------------------------------------------------------------------------
 
     def get_meta(self, key: str) -> str | None:
-        rows = self._read("SELECT value FROM meta WHERE key = ?", (key,))
-        return rows[0][0] if rows else None
+        meta: dict[str, str] = self._memoized("meta", lambda: dict(self._read(
+            "SELECT key, value FROM meta")))  # a few small rows, asked for by every search
+        return meta.get(key)
 
     def set_meta(self, key: str, value: str) -> None:
         with self._write() as conn:
@@ -427,12 +398,8 @@ class SQLiteBackend:
     def corpora(self) -> dict[str, int]:
         # Every search asks (to resolve its corpora); counting scans an index of every item,
         # so the answer is kept until this connection writes or another one commits.
-        with self._lock:
-            key = (self._data_version(), self._writes)
-            if self._corpora is None or self._corpora[0] != key:
-                self._corpora = (key, dict(self._read(
-                    "SELECT corpus, count(*) FROM items GROUP BY corpus ORDER BY corpus")))
-            return dict(self._corpora[1])
+        return dict(self._memoized("corpora", lambda: dict(self._read(
+            "SELECT corpus, count(*) FROM items GROUP BY corpus ORDER BY corpus"))))
 
     def iter_items(self, batch_size: int = 500) -> Iterator[list[StoredItem]]:
         last = 0
@@ -459,10 +426,10 @@ class SQLiteBackend:
     def ids_missing_vectors(self, limit: int) -> list[str]:
         # The partial index holds just the queue; without statistics the planner would scan
         # every item in rowid order instead (every search asks whether the queue is empty).
-        return [r[0] for r in self._read(
+        return list(self._memoized(f"unembedded {limit}", lambda: [r[0] for r in self._read(
             "SELECT id FROM items INDEXED BY items_unembedded "
             "WHERE embedded_hash IS NULL OR embedded_hash != content_hash "
-            "ORDER BY rowid LIMIT ?", (limit,))]
+            "ORDER BY rowid LIMIT ?", (limit,))]))
 
     # -- retrieval ------------------------------------------------------------------------------
 
@@ -494,11 +461,11 @@ class SQLiteBackend:
         return self._ids_of(top)
 
     def _ids_of(self, top: list[tuple[int, float]]) -> ScoredIds:
-        ids: dict[int, str] = {}
-        for chunk in _chunks([r for r, _ in top]):
-            ids.update(self._read(f"SELECT rowid, id FROM items WHERE rowid IN ({_marks(len(chunk))})",
-                                  chunk))
-        return [(ids[r], s) for r, s in top if r in ids]
+        """Index rowids as item ids, mostly from memory (reads.IdMap); a rowid whose item
+        is gone is dropped."""
+        with self._lock:
+            ids = self._id_map.ids([r for r, _ in top], self._changes.log_bounds(), self._read)
+            return [(ids[r], s) for r, s in top if r in ids]
 
     def substring_search(self, words: Sequence[str], area: SearchArea, limit: int) -> ScoredIds:
         if not words or limit <= 0:
@@ -571,6 +538,24 @@ class SQLiteBackend:
             self.rebuild_indexes()
             done.append("rebuilt the derived text and vector indexes from the items")
         return done
+
+    def optimize(self) -> dict[str, Any]:
+        """Every derived index caught up in the foreground (`hybridkb optimize`): the text
+        index holds every committed write, and the vector base every vector, with the graph
+        its size calls for. A short-lived process never waits for the background build."""
+        text = self._text.current()
+        out: dict[str, Any] = {"text_documents": text.doc_count(), "text_seq": text.seq}
+        dim = self.vector_dim()
+        if dim is not None and self.index_dir is not None:
+            built = self._vectors.optimize(dim)
+            base, _ = self._vectors.view(dim)
+            out.update(vectors=0 if base is None else len(base), vector_seq=0 if base is None
+                       else base.seq, graph=base is not None and base.ann is not None,
+                       graph_used=base is not None and base.ann is not None and base.graph_ok,
+                       graph_recall=None if base is None else base.recall,
+                       graph_ef=None if base is None or base.ann is None else base.ef,
+                       vector_base_built=built)
+        return out
 
     def rebuild_indexes(self) -> None:
         """Rebuild every derived index from the items (what `check --repair` does)."""

@@ -43,14 +43,18 @@ class SQLiteChanges:
     """indexes.sync.ChangeSource over one SQLite store (reads through the backend's lock)."""
 
     def __init__(self, read: Read, write: Callable[[], Any], store_id: str,
-                 connect: Callable[[], Any] | None = None) -> None:
+                 connect: Callable[[], Any] | None = None,
+                 memo: Callable[[str, Callable[[], Any]], Any] = lambda _name, compute: compute()
+                 ) -> None:
         self._read = read
+        self._memo = memo  # answers kept until the store changes (reads.Memo)
         self._write = write  # the backend's write transaction (a context manager)
         self._connect = connect  # a new connection, for long reads (None: ":memory:")
         self.store_id = store_id
 
     def published(self, name: str) -> tuple[str, int, int] | None:
-        rows = self._read("SELECT generation, seq, dim FROM derived_indexes WHERE name = ?", (name,))
+        rows = self._memo(f"published {name}", lambda: self._read(
+            "SELECT generation, seq, dim FROM derived_indexes WHERE name = ?", (name,)))
         return (str(rows[0][0]), int(rows[0][1]), int(rows[0][2])) if rows else None
 
     def publish(self, name: str, generation: str, seq: int, dim: int) -> None:
@@ -61,9 +65,9 @@ class SQLiteChanges:
                 "seq = excluded.seq, dim = excluded.dim", (name, generation, int(seq), int(dim)))
 
     def log_bounds(self) -> tuple[int, int]:
-        oldest, head = self._read(
+        oldest, head = self._memo("log bounds", lambda: self._read(
             "SELECT (SELECT min(seq) FROM changes), "
-            "(SELECT seq FROM sqlite_sequence WHERE name = 'changes')", ())[0]
+            "(SELECT seq FROM sqlite_sequence WHERE name = 'changes')", ())[0])
         head = int(head or 0)
         return (int(oldest) if oldest is not None else head + 1), head
 

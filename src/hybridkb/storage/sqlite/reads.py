@@ -1,0 +1,72 @@
+"""Reads every search repeats, kept until the store changes (issue #15: a search ran about
+14 SQL statements around the engines; most asked what the previous search had asked).
+
+SQLite tells a connection when another one committed (`PRAGMA data_version`); with the
+backend's count of its own write transactions that makes a token that changes whenever
+an answer may have: the meta table, the change log's bounds, the published vector base,
+the corpus counts and whether items wait for a vector are kept per token. A search reads
+the token once (`SQLiteBackend.pinned_reads`).
+
+Rowid -> id pairs outlive writes: a rowid names one item until that item is deleted (an
+item written later may reuse it), so after a write only the pairs of rowids the change
+log shows deleted are dropped. All of this is called under the backend's lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+Read = Callable[[str, Sequence[Any]], list[Any]]
+
+_MAX_VARS = 500
+# Past this many deletions since the map was last in step, drop it whole (one read of the
+# log instead of many); past this many pairs, start over (bounded memory).
+_REPLAY_MAX = 10_000
+_PAIRS_MAX = 300_000
+
+
+class Memo:
+    """Answers kept while the token they were read under stays the same."""
+
+    def __init__(self) -> None:
+        self._key: object = None
+        self._values: dict[str, Any] = {}
+
+    def get(self, name: str, key: object, compute: Callable[[], Any]) -> Any:
+        if key != self._key:
+            self._values = {}
+            self._key = key
+        if name not in self._values:
+            self._values[name] = compute()
+        return self._values[name]
+
+
+class IdMap:
+    """Rowid -> item id, filled by the lookups searches make and kept in step with the log."""
+
+    def __init__(self) -> None:
+        self._ids: dict[int, str] = {}
+        self._seq: int | None = None  # the log sequence the pairs are known good through
+
+    def ids(self, rowids: Iterable[int], bounds: tuple[int, int], read: Read) -> dict[int, str]:
+        """The ids of the rowids that name an item (a deleted rowid is absent)."""
+        oldest, head = bounds
+        if self._seq != head:
+            if self._seq is None or self._seq < oldest - 1 or head - self._seq > _REPLAY_MAX:
+                self._ids.clear()  # the log no longer joins the map (or too much changed)
+            else:
+                for (rowid,) in read("SELECT item_rowid FROM changes WHERE seq > ? AND op = 'd'",
+                                     (self._seq,)):
+                    self._ids.pop(int(rowid), None)
+            self._seq = head
+        missing = [r for r in dict.fromkeys(rowids) if r not in self._ids]
+        if missing:
+            if len(self._ids) + len(missing) > _PAIRS_MAX:
+                self._ids.clear()
+            for i in range(0, len(missing), _MAX_VARS):
+                chunk = missing[i : i + _MAX_VARS]
+                self._ids.update(read(
+                    f"SELECT rowid, id FROM items WHERE rowid IN ({','.join('?' * len(chunk))})",
+                    chunk))
+        return self._ids

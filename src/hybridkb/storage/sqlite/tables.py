@@ -1,0 +1,69 @@
+"""The tables a store's write transaction changes when vectors are set up or swapped
+(records.VectorTables for SQLite), and the SQL text they share with the backend."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .. import records
+
+SET_META = records.set_meta_sql("?")
+CREATE_PENDING = (
+    "CREATE TABLE IF NOT EXISTS vec_items_pending "
+    "(id TEXT PRIMARY KEY, embedding BLOB NOT NULL, content_hash TEXT NOT NULL)"
+)
+
+
+def marks(n: int) -> str:
+    return ",".join("?" * n)
+
+
+def create_vectors(dim: int) -> str:
+    return f"CREATE VIRTUAL TABLE vec_items USING vec0 (embedding float[{int(dim)}] distance_metric=cosine)"
+
+
+class Tables:
+    """records.VectorTables inside one SQLite write transaction."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def meta(self, keys: Sequence[str]) -> dict[str, str]:
+        return dict(self.conn.execute(
+            f"SELECT key, value FROM meta WHERE key IN ({marks(len(keys))})", list(keys)).fetchall())
+
+    def set_meta(self, pairs: Sequence[tuple[str, str]]) -> None:
+        self.conn.executemany(SET_META, pairs)
+
+    def delete_meta(self, keys: Sequence[str]) -> None:
+        self.conn.execute(f"DELETE FROM meta WHERE key IN ({marks(len(keys))})", list(keys))
+
+    def create_vector_table(self, dim: int) -> None:
+        self.conn.execute(create_vectors(dim))
+
+    def replace_vector_table(self, dim: int) -> None:
+        self.conn.execute("DROP TABLE IF EXISTS vec_items")
+        self.conn.execute(create_vectors(dim))
+
+    def has_pending_table(self) -> bool:
+        return self.conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'vec_items_pending'"
+        ).fetchone() is not None
+
+    def create_pending_table(self, dim: int) -> None:
+        self.conn.execute(CREATE_PENDING)  # blobs: the dimension is checked on write
+
+    def drop_pending_table(self) -> None:
+        self.conn.execute("DROP TABLE IF EXISTS vec_items_pending")
+
+    def move_pending_vectors(self) -> int:
+        moved = self.conn.execute(
+            "INSERT INTO vec_items (rowid, embedding) SELECT i.rowid, p.embedding "
+            "FROM vec_items_pending p JOIN items i "
+            "ON i.id = p.id AND i.content_hash = p.content_hash").rowcount
+        self.conn.execute(
+            "UPDATE items SET embedded_hash = CASE WHEN EXISTS (SELECT 1 FROM vec_items_pending p "
+            "WHERE p.id = items.id AND p.content_hash = items.content_hash) "
+            "THEN content_hash ELSE NULL END")
+        return int(moved)

@@ -1,0 +1,70 @@
+"""`hybridkb optimize` / `KnowledgeBase.optimize()`: the derived indexes built to completion
+in the foreground (a short-lived process never sees the background graph build finish).
+Real store files, real tantivy and usearch indexes, the CLI through click's runner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import hybridkb
+from hybridkb import HashingEmbedder
+from hybridkb.cli import cli
+from hybridkb.storage.indexes import vector_base
+
+N = 120
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(vector_base, "ANN_MIN_ROWS", 100)  # a graph is due at this size
+    db = tmp_path / "opt.db"
+    with hybridkb.open(str(db), embedder=HashingEmbedder(64)) as kb:
+        kb.add_many([{"id": f"d{i}", "text": f"document {i} about {'owls' if i % 2 else 'bats'}"}
+                     for i in range(N)])
+    return db
+
+
+def published(db: Path) -> Path | None:
+    with hybridkb.open(str(db), embedder=None) as kb:
+        row = kb.backend._changes.published("vectors")
+        assert kb.backend.index_dir is not None
+        return None if row is None else kb.backend.index_dir / "vectors" / row[0]
+
+
+def test_optimize_builds_the_text_index_and_the_graph(store: Path, monkeypatch: pytest.MonkeyPatch
+                                                     ) -> None:
+    assert published(store) is None  # nothing searched yet: no vector base at all
+    monkeypatch.setenv("HYBRIDKB_PROGRESS", "1")
+    runner = CliRunner()
+    result = runner.invoke(cli, ["--db", str(store), "optimize"])
+    assert result.exit_code == 0, result.output
+    assert f"text index: {N} documents" in result.stdout
+    assert f"vector index: {N} vectors, HNSW graph, recall@10 1.0 at ef 128, built now" in result.stdout
+    assert "vector index: graph" in result.stderr  # the progress bar of the graph build
+    folder = published(store)
+    assert folder is not None and (folder / "ann.usearch").is_file()
+    assert json.loads((folder / "meta.json").read_text())["ann"] is True
+
+    again = json.loads(runner.invoke(cli, ["--db", str(store), "--json", "optimize"]).stdout)
+    assert again["vector_base_built"] is False and again["graph"] is True  # already current
+    assert published(store) == folder
+
+    with hybridkb.open(str(store), embedder=HashingEmbedder(64)) as kb:
+        kb.add("a late document about owls", id="late")
+        report = kb.optimize()
+        assert report["vector_base_built"] is True and report["vectors"] == N + 1
+        assert report["text_documents"] == N + 1
+        assert "late" in {h.id for h in kb.search("late owls", mode="vector").hits}
+
+
+def test_optimize_on_a_store_without_vectors(tmp_path: Path) -> None:
+    db = tmp_path / "plain.db"
+    with hybridkb.open(str(db), embedder=None) as kb:
+        kb.add("only text here", id="t1")
+        assert kb.optimize() == {"text_documents": 1, "text_seq": 1}
+    result = CliRunner().invoke(cli, ["--db", str(tmp_path / "missing.db"), "optimize"])
+    assert result.exit_code != 0 and "no store" in result.output

@@ -1,0 +1,83 @@
+"""What a search keeps between searches (storage/sqlite/reads.py, the vector base's masks)
+never outlives the store's state: a reused rowid, another connection's write, an item
+expiring between two searches. Real SQLite files and real indexes beside them."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+import hybridkb
+from hybridkb import HashingEmbedder, KnowledgeBase, fusion
+from hybridkb.model import Filters, now_ts
+from hybridkb.storage.contract import SearchArea
+
+
+def open_kb(path: Path) -> KnowledgeBase:
+    return hybridkb.open(str(path), embedder=HashingEmbedder(32))
+
+
+def rowid_of(kb: KnowledgeBase, item_id: str) -> int:
+    return int(kb.backend._read("SELECT rowid FROM items WHERE id = ?", (item_id,))[0][0])
+
+
+@pytest.mark.parametrize("mode", ["fts", "vector", "hybrid"])
+def test_a_reused_rowid_maps_to_its_new_item(tmp_path: Path, mode: str) -> None:
+    kb = open_kb(tmp_path / "kb.db")
+    kb.add_many([{"id": "first", "text": "zebra crossing notes"},
+                 {"id": "last", "text": "zebra stripes notes"}])
+    old = rowid_of(kb, "last")
+    assert {h.id for h in kb.search("zebra", mode=mode).hits} == {"first", "last"}  # ids now kept
+    kb.delete("last")
+    kb.add("zebra stripes notes again", id="newcomer")  # SQLite reuses the largest rowid
+    assert rowid_of(kb, "newcomer") == old
+    assert {h.id for h in kb.search("zebra", mode=mode).hits} == {"first", "newcomer"}
+    kb.close()
+
+
+def test_another_connections_delete_and_reuse_is_seen(tmp_path: Path) -> None:
+    reader, writer = open_kb(tmp_path / "kb.db"), open_kb(tmp_path / "kb.db")
+    writer.add_many([{"id": f"n{i}", "text": f"walrus note {i}"} for i in range(5)])
+    assert len(reader.search("walrus").hits) == 5
+    writer.delete("n4")
+    writer.add("walrus note reborn", id="reborn")
+    writer.set_label_template("default", "[{title}]")
+    result = reader.search("walrus")
+    assert {h.id for h in result.hits} == {"n0", "n1", "n2", "n3", "reborn"}
+    assert reader.label_templates() == {"default": "[{title}]"}  # meta read again too
+    assert reader.corpora() == {"default": 5}
+    reader.close()
+    writer.close()
+
+
+def test_the_vector_mask_follows_the_clock(tmp_path: Path) -> None:
+    kb = open_kb(tmp_path / "kb.db")
+    kb.add_many([{"id": "keeps", "text": "otter facts"},
+                 {"id": "expires", "text": "otter facts too", "ttl": 3600.0}])
+    backend = kb.backend
+    query = kb.embedder.embed_query("otter facts")  # type: ignore[union-attr]
+    now = now_ts()
+
+    def ids(at: float) -> set[str]:
+        area = SearchArea(corpora=("default",), filters=Filters(), now=at)
+        return {i for i, _ in backend.vector_search(query, area, 10)}
+
+    backend._vectors.build_now(backend.vector_dim())  # both rows in the base: masks apply
+    assert ids(now) == {"keeps", "expires"}
+    assert ids(now + 7200) == {"keeps"}  # past the expiry: the kept mask no longer holds
+    assert ids(now) == {"keeps", "expires"}  # an earlier clock is asked afresh as well
+    kb.close()
+
+
+def test_fuse_with_best_is_fuse_and_best_possible() -> None:
+    rng = random.Random(3)
+    for _ in range(200):
+        lists = [[(f"d{rng.randrange(40)}", rng.choice([rng.random() * 10, 1.0, float("nan")]))
+                  for _ in range(rng.randrange(0, 30))] for _ in range(rng.randrange(1, 4))]
+        weights = [rng.random() for _ in lists]
+        for method in fusion.FUSIONS:
+            fused, best = fusion.fuse_with_best(method, lists, weights=weights)
+            assert fused == fusion.fuse(method, lists, weights=weights)
+            assert best == fusion.best_possible(method, lists, weights=weights)
