@@ -48,7 +48,7 @@ WITH t AS (
 SELECT t.ord, numnode(t.q), l.lexeme, k.bucket, k.n, s.n, s.avgdl
 FROM t CROSS JOIN s CROSS JOIN LATERAL unnest(t.lexemes) AS l (lexeme)
 LEFT JOIN LATERAL (
-    SELECT b.bucket, sum(b.n)::bigint AS n FROM bm25_buckets b
+    SELECT b.bucket, sum(b.n)::bigint AS n FROM bm25_blocks b
     WHERE b.lexeme = l.lexeme AND {buckets_in_corpora}
     GROUP BY b.bucket HAVING sum(b.n) > 0
 ) AS k ON true

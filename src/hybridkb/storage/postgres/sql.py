@@ -103,11 +103,10 @@ STATS_CHECK = sql.SQL(
     "FROM (SELECT corpus, count(*) AS n, sum(length(tsv)) AS len FROM items GROUP BY corpus) a "
     "FULL JOIN (SELECT corpus, sum(n_docs) AS n, sum(total_len) AS len FROM corpus_stats "
     "GROUP BY corpus) b USING (corpus) ORDER BY corpus")
-# The BM25 index holds one posting per (lexeme, item); its bucket counts agree with it.
+# The BM25 index holds one posting per (lexeme, item); its blocks' counts agree with it.
 BM25_CHECK = sql.SQL(
     "SELECT (SELECT coalesce(sum(length(tsv)), 0) FROM items), "
-    "(SELECT coalesce(sum(cardinality(rowids)), 0) FROM bm25_blocks), "
-    "(SELECT coalesce(sum(n), 0) FROM bm25_buckets)")
+    "coalesce(sum(cardinality(rowids)), 0), coalesce(sum(n), 0) FROM bm25_blocks")
 VECTOR_CHECKS = tuple((label, sql.SQL(check)) for label, check in records.vector_checks("item_vectors"))
 HNSW_VALID = sql.SQL(
     "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass('item_vectors_hnsw')")
