@@ -13,8 +13,9 @@ maintenance_work_mem 1 GB), and per size:
   (top-k BM25), on the same database with `bm25_search="exact"` (every match scored: the
   exact reference) and on SQLite;
 - measures vector recall@10 of the PostgreSQL retriever against exact cosine (numpy),
-  with no filter, a broad filter (metadata dataset = nfcorpus, ~41% of the items: HNSW with
-  iterative scan) and a selective one (metadata copy = 0, 8,816 items: exact scan).
+  with no filter, a broad filter (metadata dataset = nfcorpus, ~41% of the items) and a
+  selective one (metadata copy = 0, 8,816 items). Without statistics on JSON values the
+  planner expects both filters to keep few rows, so both take the exact scan at 100,000.
 `--large` adds 1,000,000 items. Prints a markdown table; JSON to benchmarks/results/.
 """
 
