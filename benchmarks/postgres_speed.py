@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -114,9 +115,7 @@ def measure(dsn: str, n: int, data: BenchData, model: Embedder, queries: int,
         pg.close()
         exact.close()
         lite.close()
-        for f in Path(folder).iterdir():
-            f.unlink()
-        os.rmdir(folder)
+        shutil.rmtree(folder, ignore_errors=True)  # the SQLite file and its index folder
     out["load_end"] = os.getloadavg()
     return out
 
