@@ -69,3 +69,112 @@ def test_a_batch_as_large_as_the_store_rebuilds_the_hnsw_index(
         query = np.asarray(_items(400, 1)[0]["vector"], dtype=np.float32)
         hits = kb.backend.vector_search(query / np.linalg.norm(query), _everywhere(), 10)
         assert len(hits) == 10 and hits[0][0] == "b400"
+
+
+def _postings(conn: psycopg.Connection, corpus: str) -> list[tuple[object, ...]]:  # type: ignore[type-arg]
+    """The BM25 index's postings of a corpus, by item id (rowids differ between loads)."""
+    return conn.execute(
+        "SELECT b.lexeme, b.bucket, i.id, e.nt, e.nb, e.dl FROM bm25_blocks b, "
+        "unnest(b.rowids, b.nt, b.nb, b.dl) AS e (r, nt, nb, dl) JOIN items i ON i.rowid = e.r "
+        "WHERE b.corpus = %s ORDER BY 1, 2, 3", [corpus]).fetchall()
+
+
+def test_a_bulk_batch_indexes_as_rows_written_one_by_one(pg_url: str) -> None:
+    """One COPY batch of 600 items and the same items added one at a time (INSERT) leave
+    the same BM25 postings, counts and top-k scores, before and after a merge."""
+    from hybridkb.textquery import parse
+
+    def batch(corpus: str) -> list[dict[str, object]]:
+        rows = _items(0, 600)
+        for k, row in enumerate(rows):
+            row.update(id=f"{corpus}{k}", corpus=corpus,
+                       text=f"{row['text']} " + " ".join(f"w{(k * j) % 97}" for j in range(k % 23)))
+        return rows
+
+    with hybridkb.open(pg_url, embedder=None) as kb, psycopg.connect(pg_url) as conn:
+        kb.add_many(batch("bulk"), batch_size=600)
+        for row in batch("rows"):
+            kb.add_many([row])  # one INSERT statement per item
+        bulk_postings, row_postings = _postings(conn, "bulk"), _postings(conn, "rows")
+        assert len(bulk_postings) > 5000
+        assert [(*p[:2], str(p[2])[4:], *p[3:]) for p in bulk_postings] == \
+            [(*p[:2], str(p[2])[4:], *p[3:]) for p in row_postings]  # ids without the corpus
+        assert kb.backend.integrity_problems() == []
+        queries = ["river w3 w5", "bulk item", "w7 w11 w13 w17 w19", "river 3"]
+
+        def ranked(corpus: str) -> list[list[tuple[str, float]]]:
+            area = SearchArea(corpora=(corpus,), filters=Filters(), now=2e9)
+            return [[(i[len(corpus):], s) for i, s in kb.backend.text_search(parse(q), area, 20)]
+                    for q in queries]
+
+        before = ranked("bulk")
+        assert all(before) and before == ranked("rows")
+        kb.backend.optimize()
+        assert ranked("bulk") == before == ranked("rows")
+        assert conn.execute("SELECT count(*) FROM bm25_blocks WHERE corpus = 'rows'").fetchone() == \
+            conn.execute("SELECT count(*) FROM bm25_blocks WHERE corpus = 'bulk'").fetchone()
+
+
+def test_a_bulk_batch_failing_midway_leaves_nothing(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Items and their BM25 postings are written before the vectors: a failure there rolls
+    back all of it, and the store is as before."""
+    state = ("SELECT (SELECT count(*) FROM items), (SELECT coalesce(sum(n), 0) FROM bm25_blocks), "
+             "(SELECT count(*) FROM bm25_blocks), (SELECT sum(n_docs) FROM corpus_stats), "
+             "(SELECT count(*) FROM item_vectors)")
+    with hybridkb.open(pg_url, embedder=None) as kb, psycopg.connect(pg_url, autocommit=True) as conn:
+        kb.add_many(_items(0, 300))
+        before = conn.execute(state).fetchone()
+        copied: list[int] = []
+        real = bulk.copy_items
+
+        def then_fail(conn: psycopg.Connection, columns: list[list[object]]) -> object:  # type: ignore[type-arg]
+            written = real(conn, columns)
+            copied.append(conn.execute("SELECT count(*) FROM items").fetchone()[0])
+            return written
+
+        def broken(*args: object) -> None:
+            raise psycopg.errors.DiskFull("no space left for the vectors")
+
+        monkeypatch.setattr(bulk, "copy_items", then_fail)
+        monkeypatch.setattr(bulk, "copy_vectors", broken)
+        with pytest.raises(hybridkb.StoreError):
+            kb.add_many(_items(1000, 500), batch_size=500)
+        assert copied == [800]  # the items and their postings were in, inside the transaction
+        assert conn.execute(state).fetchone() == before
+        assert kb.backend.integrity_problems() == []
+        monkeypatch.undo()
+        kb.add_many(_items(1000, 500), batch_size=500)
+        assert kb.count() == 800 and kb.backend.integrity_problems() == []
+
+
+def test_a_store_indexed_before_migration_004_is_carried_over(pg_empty_url: str) -> None:
+    """Blocks written under migration 003 (with bucket counts) get their counts; the index
+    stays exact through later writes, deletes and a merge."""
+    from hybridkb.storage import migrations
+    from hybridkb.textquery import parse
+
+    with psycopg.connect(pg_empty_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE schema_migrations (name text PRIMARY KEY, "
+                     "applied_at double precision NOT NULL DEFAULT extract(epoch FROM now()))")
+        for name, script in migrations.load("postgres"):
+            if name.startswith("004"):
+                break
+            conn.execute(script)
+            conn.execute("INSERT INTO schema_migrations (name) VALUES (%s)", [name])
+        conn.execute("INSERT INTO items (id, corpus, text, created_at, updated_at, content_hash) "
+                     "SELECT 'p' || k, 'c', 'old river ' || k % 7 || ' w' || k % 13, 0, 0, 'h' "
+                     "FROM generate_series(1, 300) AS k")
+        conn.execute("DELETE FROM items WHERE id IN ('p5', 'p6')")
+        assert conn.execute("SELECT to_regclass('bm25_buckets') IS NOT NULL").fetchone() == (True,)
+    with hybridkb.open(pg_empty_url, embedder=None) as kb, \
+            hybridkb.open(pg_empty_url, embedder=None, bm25_search="exact") as exact:
+        assert kb.backend.integrity_problems() == []
+        kb.add_many([{**item, "corpus": "c"} for item in _items(0, 150)])
+        kb.delete_many(["p7", "b3"])
+        kb.backend.optimize()
+        assert kb.backend.integrity_problems() == []
+        area = SearchArea(corpora=("c",), filters=Filters(), now=2e9)
+        for text in ("old river w3", "river 3", "w5 bulk", "item 12"):
+            want = exact.backend.text_search(parse(text), area, 20)
+            got = kb.backend.text_search(parse(text), area, 20)
+            assert want and [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-9)

@@ -128,7 +128,7 @@ def test_topk_is_the_path_taken_and_reads_less(stores: tuple[KnowledgeBase, Know
     assert [h[1] for h in hits] == pytest.approx([h[1] for h in expected], rel=1e-9)
     with psycopg.connect(pg_url) as conn:
         postings = conn.execute(
-            "SELECT sum(n) FROM bm25_buckets WHERE lexeme IN ('w0', 'w1', 'w8', 'w30', 'w250')"
+            "SELECT sum(n) FROM bm25_blocks WHERE lexeme IN ('w0', 'w1', 'w8', 'w30', 'w250')"
         ).fetchone()[0]
     assert len(hits) == 10 and reads
     assert sum(reads) < postings / 2  # stopped well before reading every posting

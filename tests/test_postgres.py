@@ -232,7 +232,7 @@ def test_filtered_knn_fills_limit_through_the_hnsw_index(
     vectors = rng.standard_normal((n, 64)).astype(np.float32)
     # filtered_exact_rows=0: even a filter keeping 1% walks the graph (by default, a filter
     # the planner expects to keep under 20,000 rows is answered by an exact scan). With the
-    # default ef_search floor (100) the planner prefers a scan of a table this small.
+    # default ef_search floor (200) the planner prefers a scan of a table this small.
     monkeypatch.setattr(pg.q, "EF_SEARCH_MIN", 40)
     with hybridkb.open(pg_url, embedder=HashingEmbedder(64), hnsw_min_rows=1000,
                        filtered_exact_rows=0) as kb:

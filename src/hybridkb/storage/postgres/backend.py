@@ -11,6 +11,7 @@ What both dialects do alike (columns, conflict rule, filters, re-embed steps) is
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -57,11 +58,9 @@ CONNECT_TIMEOUT_S = 10
 # in one go, which is several times cheaper than inserting each of those rows into a live
 # graph (measured: 4 ms a row for 384-d vectors). 0 builds the index with the table.
 HNSW_MIN_ROWS = 10_000
-HNSW_MAX_DIM = 2000  # pgvector's limit for an HNSW index on `vector`
 _RETRIES = 3  # a write that loses a deadlock or serialization race is run again
 # A phrase of stopwords only becomes an empty tsquery, with a NOTICE per query.
 _QUIET = "SET client_min_messages = warning"
-_LOCK_VECTORS = "hybridkb.vectors"
 # "topk": BM25 through the impact-ordered index (fulltext.py); "exact": score every match.
 BM25_SEARCHES = ("topk", "exact")
 # A filter the planner expects to keep fewer rows than this (and < fulltext.BROAD_SHARE of
@@ -69,6 +68,7 @@ BM25_SEARCHES = ("topk", "exact")
 FILTERED_EXACT_ROWS = 20_000
 COMPACT_MIN_BATCH = 500  # writes of this many items may merge the BM25 index's blocks
 REPLICA_WAIT_S = 1.0  # read-your-writes: how long a replica may take to catch up
+DIM_REUSE_S = 1.0  # how long vector_dim() trusts the dimension it last read
 
 
 def _require_driver() -> None:
@@ -116,6 +116,7 @@ class PostgresBackend:
             reason = self._scrub(" ".join(str(exc).split()))
             raise InvalidInputError(f"not a valid PostgreSQL URL: {self.url}: {reason}") from None
         self.newer_schema: str | None = None
+        self._known_dim: tuple[int, float] | None = None
         self._connect_kwargs: dict[str, Any] = {"autocommit": True}
         if "connect_timeout" not in in_url:  # the URL's own value wins
             self._connect_kwargs["connect_timeout"] = max(1, math.ceil(connect_timeout))
@@ -250,24 +251,33 @@ class PostgresBackend:
         return int(row[0]) if row else None
 
     def vector_dim(self) -> int | None:
-        return self._run(self._dim, write=False)
+        """A known dimension is reused for DIM_REUSE_S: `add_many` checks every item's vector
+        against it (a round trip per item otherwise). Writes check it again in their own
+        transaction, so a dimension another process changed meanwhile lets no vector in."""
+        known = self._known_dim
+        if known is not None and time.monotonic() - known[1] < DIM_REUSE_S:
+            return known[0]
+        dim = self._run(self._dim, write=False)
+        self._known_dim = (dim, time.monotonic()) if dim is not None else None
+        return dim
 
     def ensure_vector_storage(self, dim: int) -> None:
         if not isinstance(dim, int) or dim < 1:
             raise InvalidInputError(f"vector dimension must be a positive integer, got {dim!r}")
 
         def work(conn: Connection[Any]) -> None:
-            self._lock(conn, _LOCK_VECTORS)  # two stores opening at once create it once
+            bulk.lock(conn, bulk.LOCK_VECTORS)  # two stores opening at once create it once
             if records.ensure_vector_table(VectorTables(conn), dim) and self.hnsw_min_rows <= 0:
-                self._build_hnsw(conn, dim)
+                bulk.build_hnsw(conn, dim)
 
         self._write(work)
+        self._known_dim = None
 
     # -- switching models: new vectors beside the old ones, swapped in at the end ---------------
 
     def begin_reembed(self, model_id: str, dim: int) -> None:
         def work(conn: Connection[Any]) -> None:
-            self._lock(conn, _LOCK_VECTORS)
+            bulk.lock(conn, bulk.LOCK_VECTORS)
             records.begin_reembed(VectorTables(conn), model_id, dim)
 
         self._write(work)
@@ -294,38 +304,23 @@ class PostgresBackend:
     def finish_reembed(self, model_id: str, dim: int) -> int:
         """The HNSW index is built once over the swapped-in vectors."""
         def work(conn: Connection[Any]) -> int:
-            self._lock(conn, _LOCK_VECTORS)
+            bulk.lock(conn, bulk.LOCK_VECTORS)
             moved = records.finish_reembed(VectorTables(conn), model_id, dim)
             if moved >= self.hnsw_min_rows:
-                self._build_hnsw(conn, dim)
+                bulk.build_hnsw(conn, dim)
             return moved
 
-        return self._write(work)
+        moved = self._write(work)
+        self._known_dim = None
+        return moved
 
     def cancel_reembed(self) -> None:
         def work(conn: Connection[Any]) -> None:
-            self._lock(conn, _LOCK_VECTORS)
+            bulk.lock(conn, bulk.LOCK_VECTORS)
             records.cancel_reembed(VectorTables(conn))
 
         self._write(work)
-
-    @staticmethod
-    def _lock(conn: Connection[Any], name: str) -> None:
-        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [name])
-
-    def _build_hnsw(self, conn: Connection[Any], dim: int) -> None:
-        if dim <= HNSW_MAX_DIM:
-            conn.execute(q.CREATE_HNSW)
-            # Fresh statistics, or the planner, still counting a handful of rows after a bulk
-            # load, prefers a scan and sort over the index it was just given.
-            conn.execute("ANALYZE items")
-            conn.execute("ANALYZE item_vectors")
-
-    @staticmethod
-    def _vector_state(conn: Connection[Any]) -> tuple[int | None, bool]:
-        """The vector dimension (None: no vectors yet) and whether the HNSW index exists."""
-        row = conn.execute(q.VECTOR_STATE).fetchone()
-        return (int(row[0]) if row and row[0] else None), bool(row and row[1])
+        self._known_dim = None
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -335,69 +330,14 @@ class PostgresBackend:
     ) -> None:
         if not items:
             return
-        columns: list[list[Any]] = [[] for _ in records.WRITE_COLUMNS]
-        for item, vec, chash in zip(items, vectors, content_hashes, strict=True):
-            values = records.write_values(item, chash, with_vector=vec is not None)
-            for column, value in zip(columns, values, strict=True):
-                column.append(value)
-        statement = q.UPSERT if replace else q.INSERT
-        with_vectors = [(item, vec) for item, vec in zip(items, vectors, strict=True)
-                        if vec is not None]
-
-        def work(conn: Connection[Any]) -> None:
-            dim, indexed = self._vector_state(conn)
-            codec.check_dims(((item.id, vec) for item, vec in with_vectors), dim)
-            build = self._prepare_vector_write(conn, dim, indexed, bool(with_vectors))
-            fresh = not replace and len(items) >= bulk.COPY_MIN_BATCH
-            rows = (bulk.copy_items(conn, columns) if fresh
-                    else conn.execute(statement, columns).fetchall())
-            written = {r[1]: (r[0], r[2]) for r in rows}
-            if dim is None:
-                return
-            dropped = [rowid for item, vec in zip(items, vectors, strict=True)
-                       for rowid, kept in (written[item.id],) if vec is None and kept is None]
-            if dropped:
-                conn.execute("DELETE FROM item_vectors WHERE rowid = ANY(%s)", [dropped])
-            if indexed and bulk.rebuild_hnsw_for(conn, len(with_vectors)):
-                self._lock(conn, _LOCK_VECTORS)
-                conn.execute("DROP INDEX IF EXISTS item_vectors_hnsw")
-                build = True
-            self._put_vectors(conn, [written[item.id][0] for item, _ in with_vectors],
-                              [vec for _, vec in with_vectors], dim, build, fresh=fresh)
-
-        self._write(work)
+        batch = bulk.Batch(items, vectors, content_hashes, replace=replace)
+        self._write(lambda conn: batch.write(conn, self.hnsw_min_rows))
         if len(items) >= COMPACT_MIN_BATCH:
             self._write(fulltext.maybe_compact)
 
     def optimize(self) -> None:
         """Merge the BM25 index's blocks now (after a bulk load, for the fastest queries)."""
         self._write(lambda conn: fulltext.compact(conn))
-
-    def _prepare_vector_write(self, conn: Connection[Any], dim: int | None, indexed: bool,
-                              any_vectors: bool) -> bool:
-        """Whether this write may have to build the HNSW index; if so, take the lock first.
-
-        Until the index exists, writers of vectors take turns (an advisory lock, taken
-        before any row is written so that no two of them wait on each other's rows).
-        """
-        build = dim is not None and any_vectors and not indexed
-        if build:
-            self._lock(conn, _LOCK_VECTORS)
-        return build
-
-    def _put_vectors(self, conn: Connection[Any], rowids: Sequence[int], vectors: Sequence[Vector],
-                     dim: int, build: bool, *, fresh: bool = False) -> None:
-        """Write vectors (`fresh`: of new rows, by COPY); build the HNSW index if `build`
-        and the store has reached hnsw_min_rows vectors."""
-        if rowids and fresh:
-            bulk.copy_vectors(conn, rowids, codec.to_pg(vectors))
-        elif rowids:
-            conn.execute(q.UPSERT_VECTORS, [
-                list(rowids), codec.to_pg(vectors)])
-        if build:
-            n = conn.execute("SELECT count(*) FROM item_vectors").fetchone()
-            if n is not None and n[0] >= self.hnsw_min_rows:
-                self._build_hnsw(conn, dim)
 
     def write_vectors(
         self, ids: Sequence[str], vectors: Sequence[Vector], content_hashes: Sequence[str],
@@ -412,12 +352,13 @@ class PostgresBackend:
         by_id = dict(zip(ids, vectors, strict=True))
 
         def work(conn: Connection[Any]) -> int:
-            dim, indexed = self._vector_state(conn)
+            dim, indexed = bulk.vector_state(conn)
             codec.check_dims(by_id.items(), dim)
             assert dim is not None
-            build = self._prepare_vector_write(conn, dim, indexed, True)
+            build = bulk.prepare_vector_write(conn, dim, indexed, True)
             rows = conn.execute(q.MARK_EMBEDDED, [list(ids), list(content_hashes)]).fetchall()
-            self._put_vectors(conn, [r[0] for r in rows], [by_id[r[1]] for r in rows], dim, build)
+            bulk.put_vectors(conn, [r[0] for r in rows], [by_id[r[1]] for r in rows], dim,
+                             build, self.hnsw_min_rows)
             return len(rows)
 
         return self._write(work)
@@ -529,7 +470,7 @@ class PostgresBackend:
         if limit <= 0:
             return []
         def work(conn: Connection[Any]) -> list[Any]:
-            dim, indexed = self._vector_state(conn)
+            dim, indexed = bulk.vector_state(conn)
             if dim is None:
                 return []
             query = codec.query(vector, dim)
@@ -579,16 +520,16 @@ class PostgresBackend:
         return self._run(self._integrity_problems, write=False)
 
     def _integrity_problems(self, conn: Connection[Any]) -> list[str]:
-        dim, indexed = self._vector_state(conn)
-        return maintenance.integrity_problems(conn, dim, indexed, hnsw_max_dim=HNSW_MAX_DIM,
+        dim, indexed = bulk.vector_state(conn)
+        return maintenance.integrity_problems(conn, dim, indexed, hnsw_max_dim=bulk.HNSW_MAX_DIM,
                                               hnsw_min_rows=self.hnsw_min_rows)
 
     def repair(self) -> list[str]:
         def work(conn: Connection[Any]) -> list[str]:
-            self._lock(conn, _LOCK_VECTORS)
-            dim, _ = self._vector_state(conn)
+            bulk.lock(conn, bulk.LOCK_VECTORS)
+            dim, _ = bulk.vector_state(conn)
             return maintenance.repair(conn, dim, self._integrity_problems(conn),
-                                      lambda: self._build_hnsw(conn, dim or 0))
+                                      lambda: bulk.build_hnsw(conn, dim or 0))
 
         return self._write(work)
 

@@ -1,5 +1,6 @@
-"""Large writes on PostgreSQL: COPY (binary) for new items and their vectors, and an HNSW
-index rebuilt once instead of fed one row at a time when a batch is as large as the store.
+"""Writing items and vectors on PostgreSQL: one batch per transaction; COPY (binary) for new
+items and their vectors, and an HNSW index rebuilt once instead of fed one row at a time
+when a batch is as large as the store.
 
 COPY skips the SQL layer's per-row work (parsing the array parameters, one executor tuple
 per unnested row); the item rows still go through the same triggers (statistics, BM25
@@ -18,14 +19,18 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
-from .. import records
+from ...model import Item
+from .. import codec, records
 from ..contract import Vector
+from . import sql as q
 
 if TYPE_CHECKING:
     from psycopg import Connection
 
 COPY_MIN_BATCH = 100  # smaller batches: one INSERT ... SELECT unnest(...) is as fast
 HNSW_REBUILD_MIN = 5_000  # vectors in one batch before the index may be rebuilt for it
+HNSW_MAX_DIM = 2000  # pgvector's limit for an HNSW index on `vector`
+LOCK_VECTORS = "hybridkb.vectors"
 
 _TYPES = ("text", "text", "text", "text", "text", "text", "text", "text", "text", "jsonb",
           "float8", "float8", "float8", "int8", "float8", "bool", "text", "text")
@@ -67,3 +72,87 @@ def rebuild_hnsw_for(conn: Connection[Any], batch: int) -> bool:
         counted = conn.execute("SELECT count(*) FROM item_vectors").fetchone()
         stored = float(counted[0]) if counted else 0.0
     return batch >= stored
+
+
+def lock(conn: Connection[Any], name: str) -> None:
+    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [name])
+
+
+def build_hnsw(conn: Connection[Any], dim: int) -> None:
+    if dim <= HNSW_MAX_DIM:
+        conn.execute(q.CREATE_HNSW)
+        # Fresh statistics, or the planner, still counting a handful of rows after a bulk
+        # load, prefers a scan and sort over the index it was just given.
+        conn.execute("ANALYZE items")
+        conn.execute("ANALYZE item_vectors")
+
+
+def vector_state(conn: Connection[Any]) -> tuple[int | None, bool]:
+    """The vector dimension (None: no vectors yet) and whether the HNSW index exists."""
+    row = conn.execute(q.VECTOR_STATE).fetchone()
+    return (int(row[0]) if row and row[0] else None), bool(row and row[1])
+
+
+def prepare_vector_write(conn: Connection[Any], dim: int | None, indexed: bool,
+                         any_vectors: bool) -> bool:
+    """Whether this write may have to build the HNSW index; if so, take the lock first.
+
+    Until the index exists, writers of vectors take turns (an advisory lock, taken
+    before any row is written so that no two of them wait on each other's rows).
+    """
+    build = dim is not None and any_vectors and not indexed
+    if build:
+        lock(conn, LOCK_VECTORS)
+    return build
+
+
+def put_vectors(conn: Connection[Any], rowids: Sequence[int], vectors: Sequence[Vector],
+                dim: int, build: bool, hnsw_min_rows: int, *, fresh: bool = False) -> None:
+    """Write vectors (`fresh`: of new rows, by COPY); build the HNSW index if `build`
+    and the store has reached hnsw_min_rows vectors."""
+    if rowids and fresh:
+        copy_vectors(conn, rowids, codec.to_pg(vectors))
+    elif rowids:
+        conn.execute(q.UPSERT_VECTORS, [list(rowids), codec.to_pg(vectors)])
+    if build:
+        n = conn.execute("SELECT count(*) FROM item_vectors").fetchone()
+        if n is not None and n[0] >= hnsw_min_rows:
+            build_hnsw(conn, dim)
+
+
+class Batch:
+    """One upsert: items with their vectors (None: keep none), written in one transaction."""
+
+    def __init__(self, items: Sequence[Item], vectors: Sequence[Vector | None],
+                 content_hashes: Sequence[str], *, replace: bool) -> None:
+        self.items, self.vectors, self.replace = items, vectors, replace
+        self.columns: list[list[Any]] = [[] for _ in records.WRITE_COLUMNS]
+        for item, vec, chash in zip(items, vectors, content_hashes, strict=True):
+            values = records.write_values(item, chash, with_vector=vec is not None)
+            for column, value in zip(self.columns, values, strict=True):
+                column.append(value)
+        self.with_vectors = [(item, vec) for item, vec in zip(items, vectors, strict=True)
+                             if vec is not None]
+
+    def write(self, conn: Connection[Any], hnsw_min_rows: int) -> None:
+        items, vectors = self.items, self.vectors
+        dim, indexed = vector_state(conn)
+        codec.check_dims(((item.id, vec) for item, vec in self.with_vectors), dim)
+        build = prepare_vector_write(conn, dim, indexed, bool(self.with_vectors))
+        fresh = not self.replace and len(items) >= COPY_MIN_BATCH
+        statement = q.UPSERT if self.replace else q.INSERT
+        rows = (copy_items(conn, self.columns) if fresh
+                else conn.execute(statement, self.columns).fetchall())
+        written = {r[1]: (r[0], r[2]) for r in rows}
+        if dim is None:
+            return
+        dropped = [rowid for item, vec in zip(items, vectors, strict=True)
+                   for rowid, kept in (written[item.id],) if vec is None and kept is None]
+        if dropped:
+            conn.execute("DELETE FROM item_vectors WHERE rowid = ANY(%s)", [dropped])
+        if indexed and rebuild_hnsw_for(conn, len(self.with_vectors)):
+            lock(conn, LOCK_VECTORS)
+            conn.execute("DROP INDEX IF EXISTS item_vectors_hnsw")
+            build = True
+        put_vectors(conn, [written[item.id][0] for item, _ in self.with_vectors],
+                    [vec for _, vec in self.with_vectors], dim, build, hnsw_min_rows, fresh=fresh)

@@ -61,7 +61,6 @@ def repair(conn: Connection[Any], dim: int | None, problems: Sequence[str],
     if "BM25 index holds" in text:
         conn.execute("LOCK TABLE items IN SHARE MODE")
         conn.execute("DELETE FROM bm25_blocks")
-        conn.execute("DELETE FROM bm25_buckets")
         conn.execute("DO $$ BEGIN EXECUTE hybridkb_bm25_sql('add', 'items'); END $$")
         done.append("rebuilt the BM25 index from the items")
     if dim is None:

@@ -17,6 +17,7 @@ phrase occurs no more often than any of its words) and always scored exactly at 
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -83,16 +84,18 @@ def plan_term(ord_: int, lexeme: str, exact: bool, idf_: float, buckets: Ints, c
 def next_reads(terms: list[TermPlan], budget: int) -> list[tuple[TermPlan, int]]:
     """The next buckets to read, best bound first over all terms, until about `budget`
     postings: (term, bucket) pairs; each term advances along its own order."""
-    heads = [(t.unread_bound, i) for i, t in enumerate(terms) if t.read < len(t.buckets)]
+    heads = [(-t.unread_bound, -i) for i, t in enumerate(terms) if t.read < len(t.buckets)]
+    heapq.heapify(heads)  # best bound first; among equal bounds the later term, as max()
     out: list[tuple[TermPlan, int]] = []
     taken = 0
     while heads and taken < budget:
-        _, i = max(heads)
-        t = terms[i]
+        _, i = heapq.heappop(heads)
+        t = terms[-i]
         out.append((t, int(t.buckets[t.read])))
         taken += int(t.counts[t.read])
         t.read += 1
-        heads = [(t.unread_bound, j) for j, t in enumerate(terms) if t.read < len(t.buckets)]
+        if t.read < len(t.buckets):
+            heapq.heappush(heads, (-t.unread_bound, i))
     return out
 
 
