@@ -133,6 +133,9 @@ def check_batch(kb: KnowledgeBase, meta: dict[str, Any]) -> None:
         raise AssertionError(f"{size - len(vectors)} items of {prefix}b{b} have no vector")
 
 
+MIN_SEARCHES = 10
+
+
 def run_reader(target: str, rid: str, seed: str, seconds: str) -> None:
     rng = random.Random(int(seed))
     kb = open_kb(target)
@@ -140,7 +143,8 @@ def run_reader(target: str, rid: str, seed: str, seconds: str) -> None:
     say("ready")
     deadline = time.monotonic() + float(seconds)
     checks = searches = 0
-    while time.monotonic() < deadline:
+    # at least MIN_SEARCHES however slow a loaded machine makes each one (writers may be done)
+    while time.monotonic() < deadline or searches < MIN_SEARCHES:
         mode = rng.choice(["hybrid", "fts", "vector"])
         result = kb.search(body(rng, rng.randint(1, 4)), mode=mode, limit=10, dedup_threshold=None)
         searches += 1
