@@ -32,6 +32,13 @@ CODE = "\n".join([
 ])
 
 
+def test_query_terms_leave_stopwords_out_unless_nothing_else_is_left() -> None:
+    assert query_terms("where do we keep the data?") == ["data", "keep"]
+    assert query_terms("to be or not to be") == ["not", "be", "or", "to"]
+    assert "«the»" not in highlight("the data is kept here", query_terms("where is the data"))
+    assert highlight("the data", query_terms("the data")) == "the «data»"
+
+
 def test_query_terms_drop_one_letter_words_and_put_longer_terms_first() -> None:
     assert query_terms("parse a Config, config 7") == ["config", "parse", "7"]
     assert query_terms("parse_config") == ["config", "parse"]

@@ -2,7 +2,8 @@
 
 A term matches a word that starts with it, case-insensitively ("migrat" finds
 "migration_032"), the way a reader scans for it; terms are the query's words of
-two or more characters (or digits); `_` separates words.
+two or more characters (or digits), stopwords left out unless nothing else is left;
+`_` separates words.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .textquery import STOPWORDS
+
 SNIPPET_CHARS = 240
 _WORD = re.compile(r"[^\W_]+")  # parse_config is two words, as full-text search reads it
 ANSI_BOLD, ANSI_RESET = "\x1b[1m", "\x1b[0m"
@@ -18,9 +21,11 @@ MARK_OPEN, MARK_CLOSE = "«", "»"
 
 
 def query_terms(query: str) -> list[str]:
-    """The words of a query worth looking for, longest first (a longer term wins a word)."""
-    return sorted({t for t in _WORD.findall(query.lower()) if len(t) > 1 or t.isdigit()},
-                  key=lambda t: (-len(t), t))
+    """The words of a query worth looking for, longest first (a longer term wins a word);
+    stopwords only when the query has nothing else, as full-text search treats them."""
+    words = {t for t in _WORD.findall(query.lower()) if len(t) > 1 or t.isdigit()}
+    content = {t for t in words if t not in STOPWORDS} or words
+    return sorted(content, key=lambda t: (-len(t), t))
 
 
 def _matches(text: str, terms: Sequence[str], limit: int = 500) -> list[tuple[int, int, str]]:
