@@ -297,6 +297,9 @@ def test_term_spans_mark_prefixes_case_insensitively() -> None:
     spans = term_spans(text, "migrat sqlite")
     assert [text[s:e] for s, e in spans] == ["Migrat", "SQLite", "migrat"]
     assert term_spans(text, "") == [] and term_spans(text, "a") == []
+    # stopwords are marked only when the query has nothing else
+    assert [text[s:e] for s, e in term_spans(text, "where does the storage go")] == ["Storage"]
+    assert [text[s:e] for s, e in term_spans(text, "to")] == ["to"]
 
 
 def test_location_needs_a_path() -> None:

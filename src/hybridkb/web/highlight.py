@@ -9,12 +9,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..textquery import STOPWORDS
+
 _WORD = re.compile(r"\w+")
 
 
 def query_terms(query: str) -> list[str]:
-    """Lower-cased query words worth marking (single letters only when digits), longest first."""
-    terms = {t for t in _WORD.findall(query.lower()) if len(t) > 1 or t.isdigit()}
+    """Lower-cased query words worth marking (single letters only when digits; stopwords
+    only when nothing else is left, as full-text search treats them), longest first."""
+    words = {t for t in _WORD.findall(query.lower()) if len(t) > 1 or t.isdigit()}
+    terms = {t for t in words if t not in STOPWORDS} or words
     return sorted(terms, key=lambda t: (-len(t), t))
 
 
