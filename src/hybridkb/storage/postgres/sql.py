@@ -31,8 +31,10 @@ RANKINGS = ("bm25", "ts_rank", "ts_rank_cd")
 BM25_K1 = 1.2
 BM25_B = 0.75
 # Recall@10 against exact at 100,000 items with near-duplicate clusters (the benchmark's):
-# 0.70 at 40, 0.86 at 100, 0.96 at 200 (twice the time of 100), 0.965 at 400.
-EF_SEARCH_MIN = 200
+# 0.70 at 40, 0.86 at 100, 0.93-0.96 at 200 (graph builds vary), 0.948 at 400, 0.965 at 600
+# (p50 3.4 / 5.6 / 7.7 ms on a quiet machine; docs/postgres.md "Why 600"). A hybrid search
+# asks depth 300, so ef 600 already; the floor matters to vector searches of small limits.
+EF_SEARCH_MIN = 600
 EF_SEARCH_MAX = 1000  # pgvector's bound; an iterative scan goes on past it when filtering
 
 _TYPES = (
@@ -128,7 +130,7 @@ def create_pending_table(dim: int) -> sql.Composed:
 
 
 def ef_search(limit: int) -> int:
-    """The HNSW candidate list for a KNN of depth `limit`: twice the depth, 200 to 1,000."""
+    """The HNSW candidate list for a KNN of depth `limit`: twice the depth, 600 to 1,000."""
     return min(EF_SEARCH_MAX, max(EF_SEARCH_MIN, 2 * limit))
 
 
