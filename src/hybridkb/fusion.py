@@ -90,13 +90,20 @@ def _distribution(scored: Scored) -> dict[str, float]:
 def _normalized_sum(
     lists: Sequence[Scored], weights: Sequence[float] | None,
     normalize: Callable[[Scored], dict[str, float]],
-) -> Fused:
+) -> tuple[Fused, float]:
+    """The weighted sum of the normalized lists, and the best fused score possible (the sum
+    of each list's normalized first score), from one normalization of each list."""
     ws = _check_weights(len(lists), weights)
     scores: dict[str, float] = {}
+    tops: list[float] = []
     for w, scored in zip(ws, lists, strict=True):
-        for doc, s in normalize(_first_occurrences(scored)).items():
+        firsts = _first_occurrences(scored)
+        normalized = normalize(firsts)
+        for doc, s in normalized.items():
             scores[doc] = scores.get(doc, 0.0) + w * s
-    return _sorted(scores)
+        if firsts:
+            tops.append(w * normalized[firsts[0][0]])
+    return _sorted(scores), sum(tops)
 
 
 def _first_occurrences(scored: Scored) -> list[tuple[str, float]]:
@@ -111,12 +118,12 @@ def _first_occurrences(scored: Scored) -> list[tuple[str, float]]:
 
 def convex(lists: Sequence[Scored], *, weights: Sequence[float] | None = None) -> Fused:
     """Min-max normalize each list's scores to [0, 1], then sum them with weights."""
-    return _normalized_sum(lists, weights, _minmax)
+    return _normalized_sum(lists, weights, _minmax)[0]
 
 
 def dbsf(lists: Sequence[Scored], *, weights: Sequence[float] | None = None) -> Fused:
     """Distribution-based score fusion: each list normalized by mean ± 3σ, then summed."""
-    return _normalized_sum(lists, weights, _distribution)
+    return _normalized_sum(lists, weights, _distribution)[0]
 
 
 FUSIONS = ("rrf", "convex", "dbsf")
@@ -141,32 +148,16 @@ def best_possible(
     k: float = RRF_K,
 ) -> float:
     """The fused score of an item ranked first in every list: what `min_score` divides by."""
-    ws = _check_weights(len(lists), weights)
-    present = [(w, _first_occurrences(scored)) for w, scored in zip(ws, lists, strict=True) if scored]
-    if method == "rrf":
-        return sum(w for w, _ in present) / (k + 1)
-    normalize = _minmax if method == "convex" else _distribution
-    return sum(w * normalize(scored)[scored[0][0]] for w, scored in present if scored)
+    return fuse_with_best(method, lists, weights=weights, k=k)[1]
 
 
 def fuse_with_best(
     method: str, lists: Sequence[Scored], *, weights: Sequence[float] | None = None,
     k: float = RRF_K,
 ) -> tuple[Fused, float]:
-    """`fuse` and `best_possible` together, each list normalized once (the same arithmetic,
-    so the same floats: a search fuses every time)."""
-    if method not in ("convex", "dbsf"):
-        return fuse(method, lists, weights=weights, k=k), best_possible(method, lists,
-                                                                        weights=weights, k=k)
+    """`fuse` and `best_possible` together, each list normalized once (a search needs both)."""
+    if method in ("convex", "dbsf"):
+        return _normalized_sum(lists, weights, _minmax if method == "convex" else _distribution)
+    fused = fuse(method, lists, weights=weights, k=k)  # rrf, or an unknown name's error
     ws = _check_weights(len(lists), weights)
-    normalize = _minmax if method == "convex" else _distribution
-    scores: dict[str, float] = {}
-    tops: list[float] = []
-    for w, scored in zip(ws, lists, strict=True):
-        firsts = _first_occurrences(scored)
-        normalized = normalize(firsts)
-        for doc, s in normalized.items():
-            scores[doc] = scores.get(doc, 0.0) + w * s
-        if scored and firsts:
-            tops.append(w * normalized[firsts[0][0]])
-    return _sorted(scores), sum(tops)
+    return fused, sum(w for w, scored in zip(ws, lists, strict=True) if scored) / (k + 1)
