@@ -26,7 +26,7 @@ from ...model import Filters
 from ...textquery import TextQuery
 from . import text_schema as ts
 from .text_delta import IndexStats
-from .text_scope import CorpusStats
+from .text_scope import CorpusStats, count_matches
 
 STATE_FILE = "hkb-state.json"
 _WRITER_HEAP = 64_000_000
@@ -142,19 +142,14 @@ class TextIndex:
         snapshot; the others are left out. A filter is a MUST clause, and intersecting with
         it costs most of a top-k search (4 ms of 4.7 at 100k documents, top 300) even when
         it keeps everything, as the default filters over every corpus usually do."""
-        def count(key: Any, query: tantivy.Query) -> bool:  # "no document matches", kept
-            if key not in facts:
-                facts[key] = searcher.search(query, 1, count=True).count == 0
-            return facts[key]
-
-        if corpora is not None and count(("outside", tuple(sorted(corpora))), tantivy.Query.boolean_query(
-                [(tantivy.Occur.Must, tantivy.Query.all_query()),
-                 (tantivy.Occur.MustNot, tantivy.Query.term_set_query(self.schema, "corpus",
-                                                                      list(corpora)))])):
+        if corpora and self._scope(searcher, corpora) is None:  # they hold every document
             corpora = None
-        if not filters.include_stale and count("stale", tantivy.Query.term_query(
-                self.schema, "stale", True)):
-            filters = dataclasses.replace(filters, include_stale=True)
+        if not filters.include_stale:
+            if "stale" not in facts:  # "no document is stale", kept for the snapshot
+                facts["stale"] = count_matches(
+                    searcher, tantivy.Query.term_query(self.schema, "stale", True)) == 0
+            if facts["stale"]:
+                filters = dataclasses.replace(filters, include_stale=True)
         if not filters.include_expired and now < self._first_expiry(searcher, facts):
             filters = dataclasses.replace(filters, include_expired=True)
         return corpora, filters

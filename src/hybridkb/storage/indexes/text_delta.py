@@ -18,10 +18,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ...textquery import TextQuery
-from .text_schema import TextDoc, body_of
+from .text_schema import TextDoc, body_of, term_words
 
 K1 = 1.2
 B = 0.75
+
+
+def idf(n_docs: int, df: int) -> float:
+    """Lucene's idf, as tantivy's (and PostgreSQL's bm25 here)."""
+    return math.log(1 + (max(n_docs, df) - df + 0.5) / (df + 0.5))
 
 
 @dataclass(slots=True)
@@ -106,8 +111,7 @@ class TextDelta:
     def search(self, query: TextQuery, analyze: Callable[[str], list[str]], stats: IndexStats,
                allowed: set[int]) -> list[tuple[int, float]]:
         """BM25 of the pending documents in `allowed` that match any query term."""
-        terms = [[tok for word in term for tok in analyze(word)] for term in query.terms]
-        terms = [t for t in terms if t]
+        terms = term_words(query, analyze)
         if not terms or not allowed:
             return []
         live = [d for d in self.docs.values() if d.body is not None]
@@ -116,11 +120,11 @@ class TextDelta:
         out: list[tuple[int, float]] = []
         idf_cache: dict[str, float] = {}
 
-        def idf(tok: str) -> float:
+        def idf_of(tok: str) -> float:
             if tok not in idf_cache:
                 df = stats.doc_freq(tok) + sum(
                     1 for d in live if d.may_hold(tok) and tok in d.words(analyze))
-                idf_cache[tok] = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
+                idf_cache[tok] = idf(n_docs, df)
             return idf_cache[tok]
 
         for rowid in allowed:
@@ -135,7 +139,7 @@ class TextDelta:
             for term in terms:
                 tf = _count(tokens, term)
                 if tf:
-                    weight = sum(idf(t) for t in term)
+                    weight = sum(idf_of(t) for t in term)
                     score += weight * tf * (K1 + 1) / (tf + K1 * (1 - B + B * dl / avgdl))
             if score > 0:
                 out.append((rowid, score))

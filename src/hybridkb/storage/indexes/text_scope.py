@@ -13,17 +13,12 @@ A search of every corpus, or of corpora holding every document, is left as it wa
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import tantivy
 
 from . import text_schema as ts
-
-
-def idf(n_docs: int, df: int) -> float:
-    """Lucene's idf, as tantivy's (and PostgreSQL's bm25 here)."""
-    return math.log(1 + (max(n_docs, df) - df + 0.5) / (df + 0.5))
+from .text_delta import idf
 
 
 class CorpusStats:
@@ -34,7 +29,7 @@ class CorpusStats:
         self._searcher = searcher
         self._schema = schema
         self._scope = ts.corpus_query(schema, corpora)
-        self.docs = _count(searcher, self._scope)
+        self.docs = count_matches(searcher, self._scope)
         self.whole = int(searcher.num_docs)
         self._df: dict[str, int] = {}
 
@@ -51,7 +46,7 @@ class CorpusStats:
                 df = 0
             else:
                 term = tantivy.Query.term_query(self._schema, "body", token)
-                df = _count(self._searcher, tantivy.Query.boolean_query(
+                df = count_matches(self._searcher, tantivy.Query.boolean_query(
                     [(tantivy.Occur.Must, term), (tantivy.Occur.Must, self._scope)]))
             self._df[token] = df
         return df
@@ -64,6 +59,7 @@ class CorpusStats:
         return scoped / whole if whole > 0 else 1.0
 
 
-def _count(searcher: tantivy.Searcher, query: tantivy.Query) -> int:
-    # `count` is set when asked for (count=True), though tantivy-py's stub omits it
+def count_matches(searcher: tantivy.Searcher, query: tantivy.Query) -> int:
+    """Documents of `searcher` matching `query` (`count` is set when asked for, though
+    tantivy-py's stub omits it)."""
     return int(getattr(searcher.search(query, 1, count=True), "count", 0) or 0)
