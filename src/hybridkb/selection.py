@@ -26,7 +26,6 @@ def pick_corpora(corpus: str | None, corpora: Sequence[str] | str | None) -> Seq
     return corpora
 
 
-
 def resolve_corpora(existing: Mapping[str, int], corpora: Sequence[str] | str | None) -> list[str]:
     """The corpora a search covers: all of `existing` (None), or the named ones that exist;
     naming only unknown ones is an error (a typo would otherwise find nothing)."""

@@ -36,18 +36,14 @@ from .changes import SQLiteChanges, prune
 from .reads import IdMap, Memo
 from .tables import SET_META as _SET_META
 from .tables import Tables as _Tables
+from .tables import chunks as _chunks
 from .tables import create_vectors as _create_vectors
 from .tables import marks as _marks
 
 __all__ = ["BUSY_TIMEOUT_S", "DEFAULT_BM25_WEIGHTS", "SQLiteBackend", "filter_sql", "open_sqlite"]
 
 BUSY_TIMEOUT_S = 30.0
-_MAX_VARS = 500  # stay under SQLITE_MAX_VARIABLE_NUMBER on old builds
-
 _ITEM_COLUMNS = ", ".join(records.ITEM_COLUMNS)
-def _chunks(seq: Sequence[Any], size: int = _MAX_VARS) -> Iterator[Sequence[Any]]:
-    for i in range(0, len(seq), size):
-        yield seq[i : i + size]
 
 
 def _metadata_in(alias: str, key: str, values: Sequence[Any]) -> tuple[str, list[Any]]:

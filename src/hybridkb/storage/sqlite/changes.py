@@ -16,10 +16,10 @@ import numpy as np
 from .. import codec
 from ..indexes.text_schema import TextDoc
 from ..indexes.vector_base import Batch
+from .tables import chunks, marks
 
 Read = Callable[[str, Sequence[Any]], list[Any]]
 
-_MAX_VARS = 500
 _DOC_COLUMNS = ("rowid, title, text, corpus, kind, scope, repo, namespace, metadata, created_at, "
                 "updated_at, expires_at, stale")
 _TEXT_OPS = "('i', 'u', 'd')"
@@ -91,11 +91,10 @@ class SQLiteChanges:
 
     def text_docs(self, rowids: Sequence[int]) -> list[TextDoc]:
         docs: list[TextDoc] = []
-        for i in range(0, len(rowids), _MAX_VARS):
-            chunk = list(rowids[i : i + _MAX_VARS])
+        for chunk in chunks(rowids):
             docs.extend(_doc(r) for r in self._read(
-                f"SELECT {_DOC_COLUMNS} FROM items WHERE rowid IN ({','.join('?' * len(chunk))})",
-                chunk))
+                f"SELECT {_DOC_COLUMNS} FROM items WHERE rowid IN ({marks(len(chunk))})",
+                list(chunk)))
         return docs
 
     def item_count(self) -> int:
@@ -121,10 +120,9 @@ class SQLiteChanges:
         Items drive the join, so vec0 is asked one rowid at a time (its index), never scanned."""
         wanted = sorted({int(r) for r in rowids})
         rows: list[Any] = []
-        for i in range(0, len(wanted), _MAX_VARS):
-            chunk = wanted[i : i + _MAX_VARS]
+        for chunk in chunks(wanted):
             rows.extend(self._read(
-                _VECTOR_ROW + f" WHERE i.rowid IN ({','.join('?' * len(chunk))}) ORDER BY i.rowid", chunk))
+                _VECTOR_ROW + f" WHERE i.rowid IN ({marks(len(chunk))}) ORDER BY i.rowid", chunk))
         return _batch(rows, dim)
 
     def iter_vectors(self, dim: int, batch_size: int = 4096) -> Iterator[Batch]:

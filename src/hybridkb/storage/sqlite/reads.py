@@ -17,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from .tables import chunks, marks
+
 Read = Callable[[str, Sequence[Any]], list[Any]]
 
-_MAX_VARS = 500
 # Past this many deletions since the map was last in step, drop it whole (one read of the
 # log instead of many); past this many pairs, start over (bounded memory).
 _REPLAY_MAX = 10_000
@@ -64,9 +65,7 @@ class IdMap:
         if missing:
             if len(self._ids) + len(missing) > _PAIRS_MAX:
                 self._ids.clear()
-            for i in range(0, len(missing), _MAX_VARS):
-                chunk = missing[i : i + _MAX_VARS]
-                self._ids.update(read(
-                    f"SELECT rowid, id FROM items WHERE rowid IN ({','.join('?' * len(chunk))})",
-                    chunk))
+            for chunk in chunks(missing):
+                self._ids.update(read(f"SELECT rowid, id FROM items WHERE rowid IN ({marks(len(chunk))})",
+                                      chunk))
         return self._ids

@@ -1,9 +1,9 @@
 """The tables a store's write transaction changes when vectors are set up or swapped
-(records.VectorTables for SQLite), and the SQL text they share with the backend."""
+(records.VectorTables for SQLite), and the SQL text and batching the SQLite modules share."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .. import records
@@ -13,10 +13,17 @@ CREATE_PENDING = (
     "CREATE TABLE IF NOT EXISTS vec_items_pending "
     "(id TEXT PRIMARY KEY, embedding BLOB NOT NULL, content_hash TEXT NOT NULL)"
 )
+MAX_VARS = 500  # bound parameters per statement: under SQLITE_MAX_VARIABLE_NUMBER on old builds
 
 
 def marks(n: int) -> str:
     return ",".join("?" * n)
+
+
+def chunks(seq: Sequence[Any], size: int = MAX_VARS) -> Iterator[Sequence[Any]]:
+    """`seq` in slices small enough to bind as one statement's parameters."""
+    for i in range(0, len(seq), size):
+        yield seq[i : i + size]
 
 
 def create_vectors(dim: int) -> str:
