@@ -20,22 +20,24 @@ ANSI_BOLD, ANSI_RESET = "\x1b[1m", "\x1b[0m"
 MARK_OPEN, MARK_CLOSE = "«", "»"
 
 
-def query_terms(query: str) -> list[str]:
+def query_terms(query: str, word: re.Pattern[str] = _WORD) -> list[str]:
     """The words of a query worth looking for, longest first (a longer term wins a word);
-    stopwords only when the query has nothing else, as full-text search treats them."""
-    words = {t for t in _WORD.findall(query.lower()) if len(t) > 1 or t.isdigit()}
+    stopwords only when the query has nothing else, as full-text search treats them.
+    `word` is what counts as a word (the web page's marks keep `_` inside words)."""
+    words = {t for t in word.findall(query.lower()) if len(t) > 1 or t.isdigit()}
     content = {t for t in words if t not in STOPWORDS} or words
     return sorted(content, key=lambda t: (-len(t), t))
 
 
-def _matches(text: str, terms: Sequence[str], limit: int = 500) -> list[tuple[int, int, str]]:
-    """(start, end, term) of the words in `text` that start with a term."""
+def term_matches(text: str, terms: Sequence[str], limit: int = 500,
+                 word: re.Pattern[str] = _WORD) -> list[tuple[int, int, str]]:
+    """(start, end, term) of the words in `text` that start with a term, at most `limit`."""
     found: list[tuple[int, int, str]] = []
     if not terms:
         return found
-    for match in _WORD.finditer(text):
-        word = match.group().lower()
-        term = next((t for t in terms if word.startswith(t)), None)
+    for match in word.finditer(text):
+        lowered = match.group().lower()
+        term = next((t for t in terms if lowered.startswith(t)), None)
         if term is not None:
             found.append((match.start(), match.start() + len(term), term))
             if len(found) >= limit:
@@ -47,7 +49,7 @@ def highlight(text: str, terms: Sequence[str], *, ansi: bool = False) -> str:
     """Mark the matching part of each matching word: ANSI bold, or «term» for plain text."""
     opening, closing = (ANSI_BOLD, ANSI_RESET) if ansi else (MARK_OPEN, MARK_CLOSE)
     out, last = [], 0
-    for start, end, _ in _matches(text, terms, limit=10_000):
+    for start, end, _ in term_matches(text, terms, limit=10_000):
         out.append(text[last:start] + opening + text[start:end] + closing)
         last = end
     return "".join(out) + text[last:]
@@ -70,7 +72,7 @@ def best_lines(text: str, query: str, *, first_line: int = 1, max_lines: int = 5
     matches), centred on its best line; lines longer than `max_width` are cut around their match."""
     lines = text.split("\n")
     terms = query_terms(query)
-    per_line = [_matches(line, terms) for line in lines]
+    per_line = [term_matches(line, terms) for line in lines]
     best_i = max(range(len(lines)), key=lambda i: (len({t for _, _, t in per_line[i]}), len(per_line[i]), -i))
     if not per_line[best_i]:  # nothing matched (a vector-only hit): the chunk's start
         best_i = next((i for i, line in enumerate(lines) if line.strip()), 0)
@@ -113,7 +115,7 @@ def snippet(text: str, query: str, width: int = SNIPPET_CHARS) -> str:
     flat = " ".join(text.split())
     if len(flat) <= width:
         return flat
-    hits = [(pos, term) for pos, _, term in _matches(flat, query_terms(query))]
+    hits = [(pos, term) for pos, _, term in term_matches(flat, query_terms(query))]
     lead = width // 4
     start = 0
     if hits:

@@ -9,17 +9,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..textquery import STOPWORDS
+from .. import snippets
 
-_WORD = re.compile(r"\w+")
+_WORD = re.compile(r"\w+")  # unlike the CLI's snippets, `parse_config` is one word here
 
 
 def query_terms(query: str) -> list[str]:
     """Lower-cased query words worth marking (single letters only when digits; stopwords
     only when nothing else is left, as full-text search treats them), longest first."""
-    words = {t for t in _WORD.findall(query.lower()) if len(t) > 1 or t.isdigit()}
-    terms = {t for t in words if t not in STOPWORDS} or words
-    return sorted(terms, key=lambda t: (-len(t), t))
+    return snippets.query_terms(query, word=_WORD)
 
 
 def term_spans(text: str, query: str, limit: int = 200) -> list[tuple[int, int]]:
@@ -28,18 +26,8 @@ def term_spans(text: str, query: str, limit: int = 200) -> list[tuple[int, int]]
     Prefix matching follows the snippet window: "migrat" marks "migration_032".
     At most `limit` spans, in text order, never overlapping.
     """
-    terms = query_terms(query)
-    if not terms:
-        return []
-    spans: list[tuple[int, int]] = []
-    for match in _WORD.finditer(text):
-        word = match.group().lower()
-        term = next((t for t in terms if word.startswith(t)), None)
-        if term is not None:
-            spans.append((match.start(), match.start() + len(term)))
-            if len(spans) >= limit:
-                break
-    return spans
+    matches = snippets.term_matches(text, query_terms(query), limit, word=_WORD)
+    return [(start, end) for start, end, _ in matches]
 
 
 def location(metadata: dict[str, Any]) -> str | None:
