@@ -84,8 +84,6 @@ def _fmt(template: str, area: SearchArea, alias: str, **parts: sql.Composable,
 
 
 _ELEMENT = {"i": ">i8", "f": ">f8", "i2": ">i2", "i4": ">i4"}
-
-
 _HEADER = 20  # array_send of a one-dimensional array: ndim, flags, type, length, lower bound
 
 

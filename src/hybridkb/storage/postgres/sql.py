@@ -208,7 +208,6 @@ def _term_frequency(weights: str) -> sql.Composable:
     ).format(one=_tf("m.tsv", "t.q", weights), each=_tf("m.tsv", "x", weights))
 
 
-
 def terms_cte(terms: str) -> str:
     """The CTE `t` of the query's terms (`terms`: a row source of (term, ord)): each term's
     phrase tsquery `q` and the tsquery of each of its words `lq` (a phrase's tf is that of
