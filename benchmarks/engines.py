@@ -57,7 +57,8 @@ class BareTantivy:
 
 
 class BareVectors:
-    """The store's vector base searched directly: usearch's graph (or the mapped matrix)."""
+    """The store's vector base searched directly, by the first pass searches use: usearch's
+    graph, the one-bit codes with their rescore, or the mapped matrix."""
 
     def __init__(self, kb: Any) -> None:
         dim = kb.backend.vector_dim()
@@ -66,13 +67,22 @@ class BareVectors:
 
     @property
     def has_graph(self) -> bool:
-        return self.base is not None and self.base.ann is not None
+        return self.base is not None and self.base.first_pass == "graph"
+
+    @property
+    def what(self) -> str:
+        found = None if self.base is None else self.base.first_pass
+        return {"graph": "HNSW f16", "codes": f"one-bit codes, rescoring {getattr(self.base, 'rescore', 0)}"
+                }.get(found or "", "flat, exact")
 
     def search(self, q: np.ndarray[Any, Any], limit: int) -> list[int]:
         if self.base is None:
             return []
-        if self.base.ann is not None:
+        if self.base.first_pass == "graph":
             return [int(k) for k in self.base.ann.search(q, limit).keys]
-        rowids, scores = self.base.exact(q, None)
+        if self.base.first_pass == "codes":
+            rowids, scores = self.base.coded(q, limit)
+        else:
+            rowids, scores = self.base.exact(q, None)
         top = np.argpartition(-scores, limit - 1)[:limit]
         return [int(rowids[i]) for i in top]

@@ -354,7 +354,7 @@ def _latency(options: Options, kb: hybridkb.KnowledgeBase, embedder: BenchEmbedd
                       "fts5+numpy": stats([a + b for a, b in zip(col["fts5"], col["numpy"], strict=True)]),
                       "tantivy": {"what": "the store's tantivy index alone", **s["tantivy"]},
                       "usearch": {"what": "the store's vector base alone ("
-                                  + ("HNSW f16)" if bare_vectors.has_graph else "flat, exact)"),
+                                  + bare_vectors.what + ")",
                                   **s["usearch"], "recall@10": round(float(np.mean(bare_recall)), 4)}},
         "vector_recall@10": round(float(np.mean(recall)), 4),
         "without_embedding": {

@@ -68,3 +68,20 @@ def test_optimize_on_a_store_without_vectors(tmp_path: Path) -> None:
         assert kb.optimize() == {"text_documents": 1, "text_seq": 1}
     result = CliRunner().invoke(cli, ["--db", str(tmp_path / "missing.db"), "optimize"])
     assert result.exit_code != 0 and "no store" in result.output
+
+
+def test_optimize_reports_the_codes_when_they_hold_recall(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past CODES_MIN_ROWS the base carries one-bit codes; below ANN_MIN_ROWS no graph is due
+    when they hold recall, and the report says which pass searches use."""
+    monkeypatch.setattr(vector_base, "CODES_MIN_ROWS", 100)
+    db = tmp_path / "codes.db"
+    with hybridkb.open(str(db), embedder=HashingEmbedder(64)) as kb:
+        kb.add_many([{"id": f"d{i}", "text": f"document {i} about owls"} for i in range(N)])
+    result = CliRunner().invoke(cli, ["--db", str(db), "optimize"])
+    assert result.exit_code == 0, result.output
+    assert f"vector index: {N} vectors, one-bit codes, recall@10 1.0 rescoring {N} rows" in result.stdout
+    folder = published(db)
+    assert folder is not None and (folder / "codes.u64").is_file() and not (folder / "ann.usearch").exists()
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["ann"] is False and meta["codes"]["rescore"] == N

@@ -218,11 +218,13 @@ def optimize(ctx: Context) -> None:
             return
         click.echo(f"text index: {report['text_documents']} documents, up to change {report['text_seq']}")
         if "vectors" in report:
-            shape = "exact scan (no graph at this size)"
-            if report["graph"]:
-                shape = (f"HNSW graph, recall@10 {report['graph_recall']} at ef {report['graph_ef']}"
-                         if report["graph_used"] else
-                         f"exact scan (the graph measured recall@10 {report['graph_recall']})")
+            shape = {
+                "graph": f"HNSW graph, recall@10 {report['graph_recall']} at ef {report['graph_ef']}",
+                "codes": f"one-bit codes, recall@10 {report['codes_recall']} rescoring "
+                         f"{report['codes_rescore']} rows",
+            }.get(report["first_pass"], "exact scan")
+            if report["graph"] and report["first_pass"] != "graph":
+                shape += f" (the graph measured recall@10 {report['graph_recall']})"
             done = "built now" if report["vector_base_built"] else "already current"
             click.echo(f"vector index: {report['vectors']} vectors, {shape}, {done}")
         click.echo(f"done in {report['seconds']:.1f}s")

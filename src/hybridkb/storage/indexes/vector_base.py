@@ -4,8 +4,13 @@ A generation folder holds the item vectors as a float32 matrix in rowid order
 (`matrix.f32`, memory-mapped: exact scans over a filter's rows gather just those
 pages), the rowids (`rowids.i64`), the attributes the default filters test (corpus
 code, expiry, staleness: masks, so the common search needs no SQL) and, past
-`ANN_MIN_ROWS`, a usearch HNSW graph (`ann.usearch`, f16, opened as a memory-mapped
-view). Nothing is loaded whole: opening a generation maps its files. A generation is
+`CODES_MIN_ROWS`, first passes that pick rows for an exact rescore: one-bit codes
+(`codes.u64` with their centre `center.f32`, vector_codes.py, written with the base) and,
+past `ANN_MIN_ROWS` or where the codes fall short, a usearch HNSW graph (`ann.usearch`,
+f16, opened as a memory-mapped view, added in the background). Each build measures its
+passes on the same pseudo-queries (vector_recall.py); searches use the faster of those that
+reach recall@10 0.95, or scan exactly. Nothing is loaded whole: opening a generation maps
+its files. A generation is
 built in a temporary folder and published by renaming it into place; the store then
 records it (see vectors.py).
 """
@@ -25,15 +30,20 @@ import numpy as np
 import numpy.typing as npt
 
 from ...progress import ProgressFactory, no_progress
-from .vector_recall import calibrate
+from . import vector_codes
+from .vector_recall import Probe, calibrate, probe
 
 Vector = npt.NDArray[np.float32]
 RowIds = npt.NDArray[np.int64]
 
 FORMAT = 2
-# Below this many vectors a base keeps no graph: an exact scan of the mapped matrix is
+# Below this many vectors a base keeps no first pass: an exact scan of the mapped matrix is
 # fast enough (about 2.5 ms at 20k x 384 on our 2-core machines) and exact.
-ANN_MIN_ROWS = 30_000
+CODES_MIN_ROWS = 30_000
+# The codes' scan grows with the base (12 ms at 1M rows on one core); past this size, or
+# where the codes cannot hold the target recall, an HNSW graph is built in the background
+# as well, and searches take the faster of the two that holds recall.
+ANN_MIN_ROWS = 2_000_000
 # HNSW settings chosen by measured recall@10 against exact (docs/benchmarks.md): f16
 # storage, 16 links, ef 128 when adding and at least 128 when searching.
 ANN_DTYPE = "f16"
@@ -98,6 +108,21 @@ class VectorBase:
     ef: int = EF_SEARCH
     recall: float | None = None
     graph_ok: bool = True
+    # One-bit codes, column-major (words, n), their centre, and the rows rescored per query
+    # that reached the target recall (None: codes absent or short of the target).
+    codes: Any | None = None
+    center: npt.NDArray[np.float32] | None = None
+    rescore: int | None = None
+    codes_recall: float | None = None
+    # "graph", "codes" or None (exact scans): the faster measured pass that holds recall.
+    first_pass: str | None = None
+
+    @property
+    def incomplete(self) -> bool:
+        """A first pass its size calls for is missing (codes, or a graph where graph_due)."""
+        n = len(self)
+        return (self.codes is None and n >= CODES_MIN_ROWS) or (
+            self.ann is None and graph_due(n, codes_hold=self.rescore is not None))
 
     def masked(self, wanted: Wanted) -> tuple[npt.NDArray[np.bool_], float]:
         """`allowed(wanted)` over the whole base (read-only) and the share it keeps; kept
@@ -144,9 +169,16 @@ class VectorBase:
 
             rowids = mapped("rowids.i64", np.int64, (n,))
             matrix = mapped("matrix.f32", np.float32, (n, dim))
-            codes = mapped("corpus.i32", np.int32, (n,))
+            corpus = mapped("corpus.i32", np.int32, (n,))
             expires = mapped("expires.f64", np.float64, (n,))
             stale = mapped("stale.u8", np.uint8, (n,))
+            coded = meta.get("codes")
+            codes = center = None
+            if coded:
+                center = np.fromfile(folder / "center.f32", dtype=np.float32)
+                codes = mapped("codes.u64", np.uint64, (vector_codes.words_per_code(dim), n))
+                if center.shape != (dim,):
+                    raise BaseUnusable("vector codes do not match the matrix")
             ann = None
             if with_ann and meta.get("ann") and (folder / "ann.usearch").exists():
                 ann = usearch_index().restore(str(folder / "ann.usearch"), view=True)
@@ -156,11 +188,16 @@ class VectorBase:
             raise BaseUnusable(f"vector base {folder.name} is damaged: {exc}") from exc
         calibrated = "ef" in meta
         ef = int(meta["ef"] or EF_SEARCH) if calibrated else EF_SEARCH
+        graph_ok = not calibrated or meta["ef"] is not None
         if ann is not None:
             ann.expansion_search = ef
-        return cls(folder, int(meta["seq"]), dim, np.asarray(rowids), matrix, ann, np.asarray(codes),
+        rescore = coded.get("rescore") if coded else None
+        return cls(folder, int(meta["seq"]), dim, np.asarray(rowids), matrix, ann, np.asarray(corpus),
                    list(meta.get("corpora", [])), np.asarray(expires), np.asarray(stale), ef=ef,
-                   recall=meta.get("recall"), graph_ok=not calibrated or meta["ef"] is not None)
+                   recall=meta.get("recall"), graph_ok=graph_ok, codes=codes, center=center,
+                   rescore=rescore, codes_recall=coded.get("recall") if coded else None,
+                   first_pass=_first_pass(meta, graph=ann is not None and graph_ok,
+                                          codes=codes is not None and rescore is not None))
 
     def __len__(self) -> int:
         return len(self.rowids)
@@ -181,6 +218,16 @@ class VectorBase:
         block = self.matrix[positions]
         return np.asarray(self.rowids[positions]), np.asarray(block @ query, dtype=np.float32)
 
+    def coded(self, query: Vector, count: int, mask: npt.NDArray[np.bool_] | None = None
+              ) -> tuple[RowIds, Vector]:
+        """The rows nearest by one-bit code (only those `mask` keeps), scored exactly: at
+        least the calibrated rescore depth, and twice `count` for deep lists."""
+        if self.codes is None or self.center is None or self.rescore is None:
+            return self.exact(query, None if mask is None else np.flatnonzero(mask))
+        picks, scores = vector_codes.search(self.codes, self.center, self.matrix, query,
+                                            max(self.rescore, 2 * count), mask)
+        return np.asarray(self.rowids[picks]), scores
+
     def nearest(self, query: Vector, count: int) -> tuple[RowIds, Vector]:
         """The graph's `count` nearest rows, scored exactly on the mapped matrix: the graph's
         f16 distances only pick them, so its scores equal an exact scan's (and the delta's)."""
@@ -191,6 +238,15 @@ class VectorBase:
         found = self.ann.search(query, min(count, len(self)))
         keys = np.asarray(found.keys, dtype=np.int64)
         return self.exact(query, np.searchsorted(self.rowids, keys).astype(np.int64))
+
+
+def _first_pass(meta: dict[str, Any], *, graph: bool, codes: bool) -> str | None:
+    """The pass searches use: the one that holds recall, the faster measured when both do
+    (a graph built before its time was measured counts as slower)."""
+    if graph and codes:
+        graph_s = meta.get("graph_seconds", float("inf"))
+        return "codes" if meta["codes"]["seconds"] <= graph_s else "graph"
+    return "graph" if graph else "codes" if codes else None
 
 
 def _unit(matrix: Vector) -> Vector:
@@ -221,17 +277,18 @@ class BuildCancelled(Exception):
 
 def build(
     folder: Path, dim: int, seq: int, batches: Iterable[Batch], total: int,
-    *, ann: bool | None = None, progress: ProgressFactory = no_progress, threads: int = 1,
-    cancelled: Callable[[], bool] = lambda: False,
+    *, ann: bool | None = None, codes: bool | None = None, progress: ProgressFactory = no_progress,
+    threads: int = 1, cancelled: Callable[[], bool] = lambda: False,
 ) -> None:
     """Write a generation into `folder` (created; must not exist) from batches in
-    ascending rowid order. `ann` None: a graph past ANN_MIN_ROWS. `cancelled` is asked
+    ascending rowid order. `codes` None: one-bit codes past CODES_MIN_ROWS; `ann` None: a
+    graph where `graph_due`. `cancelled` is asked
     between steps of about a second: a process must not exit while a graph step runs
     (usearch's threads abort an exiting interpreter)."""
     tmp = folder.with_name(folder.name + ".tmp")
     try:
-        _build(tmp, dim, seq, batches, total, ann=ann, progress=progress, threads=threads,
-               cancelled=cancelled)
+        _build(tmp, dim, seq, batches, total, ann=ann, codes=codes, progress=progress,
+               threads=threads, cancelled=cancelled)
     except BuildCancelled:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -240,7 +297,7 @@ def build(
 
 def _build(
     tmp: Path, dim: int, seq: int, batches: Iterable[Batch], total: int, *, ann: bool | None,
-    progress: ProgressFactory, threads: int, cancelled: Callable[[], bool],
+    codes: bool | None, progress: ProgressFactory, threads: int, cancelled: Callable[[], bool],
 ) -> None:
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -260,13 +317,13 @@ def _build(
                 if b.rowids[0] <= last or np.any(np.diff(b.rowids) <= 0):
                     raise ValueError("vector batches must come in ascending rowid order")
                 last = int(b.rowids[-1])
-                codes = np.fromiter((names.setdefault(c, len(names)) for c in b.corpora), dtype=np.int32,
-                                    count=len(b.corpora))
+                corpus = np.fromiter((names.setdefault(c, len(names)) for c in b.corpora),
+                                     dtype=np.int32, count=len(b.corpora))
                 files["rowids.i64"].write(np.ascontiguousarray(b.rowids, dtype=np.int64).tobytes())
                 # as stored (unit length already, codec.normalized): renormalizing would move
                 # the last bits and reorder ties against the other dialect and the delta
                 files["matrix.f32"].write(np.ascontiguousarray(b.vectors, dtype=np.float32).tobytes())
-                files["corpus.i32"].write(codes.tobytes())
+                files["corpus.i32"].write(corpus.tobytes())
                 files["expires.f64"].write(np.asarray(b.expires, dtype=np.float64).tobytes())
                 files["stale.u8"].write(np.asarray(b.stale, dtype=np.uint8).tobytes())
                 n += len(b.rowids)
@@ -277,26 +334,62 @@ def _build(
     finally:
         for f in files.values():
             f.close()
-    with_ann = (n >= ANN_MIN_ROWS) if ann is None else (ann and n > 0)
-    if with_ann:
-        Index = usearch_index()
-        rowids_all = np.memmap(tmp / "rowids.i64", dtype=np.int64, mode="r", shape=(n,))
+    with_codes = (n >= CODES_MIN_ROWS) if codes is None else (codes and n > 0)
+    measured: dict[str, Any] = {}
+    if with_codes or (graph_due(n, codes_hold=False) if ann is None else ann and n > 0):
         matrix = np.memmap(tmp / "matrix.f32", dtype=np.float32, mode="r", shape=(n, dim))
-        graph = Index(ndim=dim, metric="cos", dtype=ANN_DTYPE, connectivity=CONNECTIVITY,
-                      expansion_add=EF_ADD, expansion_search=EF_SEARCH)
-        step = 2_000  # about a second per step on a busy core
-        with progress(n, "vector index: graph") as bar:
-            for start in range(0, n, step):
-                if cancelled():
-                    raise BuildCancelled
-                stop = min(n, start + step)
-                graph.add(np.asarray(rowids_all[start:stop]).astype(np.uint64),
-                          np.asarray(matrix[start:stop]), threads=threads)
-                bar.update(stop - start)
-        measured = calibrate(graph, matrix, rowids_all)
-        graph.save(str(tmp / "ann.usearch"))
-        del graph, rowids_all, matrix
+        probed = probe(matrix, n)
+        if with_codes:
+            measured["codes"] = _write_codes(tmp, matrix, n, probed)
+        held = with_codes and measured["codes"]["rescore"] is not None
+        with_ann = graph_due(n, codes_hold=held) if ann is None else (ann and n > 0)
+        if with_ann:
+            if cancelled():
+                raise BuildCancelled
+            measured.update(_write_graph(tmp, matrix, n, dim, probed, progress=progress,
+                                         threads=threads, cancelled=cancelled))
+        del matrix
+    else:
+        with_ann = False
     (tmp / "meta.json").write_text(json.dumps(
         {"format": FORMAT, "n": n, "dim": dim, "seq": seq, "ann": with_ann,
-         "corpora": sorted(names, key=names.__getitem__),
-         **({"ef": measured.ef, "recall": measured.recall} if with_ann else {})}), encoding="utf-8")
+         "corpora": sorted(names, key=names.__getitem__), **measured}), encoding="utf-8")
+
+
+def graph_due(n: int, *, codes_hold: bool) -> bool:
+    """Whether a base of `n` vectors wants a graph (when the store's mode leaves it open)."""
+    return n >= ANN_MIN_ROWS or (n >= CODES_MIN_ROWS and not codes_hold)
+
+
+def _write_codes(tmp: Path, matrix: Any, n: int, probed: Probe) -> dict[str, Any]:
+    center = vector_codes.center_of(matrix, n)
+    columns = vector_codes.encode_columns(matrix, n, center)
+    for name, array in (("center.f32", center), ("codes.u64", columns)):
+        with open(tmp / name, "wb") as f:
+            f.write(np.ascontiguousarray(array).tobytes())
+            f.flush()
+            os.fsync(f.fileno())
+    measured = vector_codes.calibrate(columns, center, matrix, probed)
+    return {"rescore": measured.rescore, "recall": measured.recall,
+            "seconds": round(measured.seconds, 6)}
+
+
+def _write_graph(tmp: Path, matrix: Any, n: int, dim: int, probed: Probe, *,
+                 progress: ProgressFactory, threads: int, cancelled: Callable[[], bool]
+                 ) -> dict[str, Any]:
+    Index = usearch_index()
+    rowids_all = np.memmap(tmp / "rowids.i64", dtype=np.int64, mode="r", shape=(n,))
+    graph = Index(ndim=dim, metric="cos", dtype=ANN_DTYPE, connectivity=CONNECTIVITY,
+                  expansion_add=EF_ADD, expansion_search=EF_SEARCH)
+    step = 2_000  # about a second per step on a busy core
+    with progress(n, "vector index: graph") as bar:
+        for start in range(0, n, step):
+            if cancelled():
+                raise BuildCancelled
+            stop = min(n, start + step)
+            graph.add(np.asarray(rowids_all[start:stop]).astype(np.uint64),
+                      np.asarray(matrix[start:stop]), threads=threads)
+            bar.update(stop - start)
+    measured = calibrate(graph, matrix, rowids_all, probed=probed)
+    graph.save(str(tmp / "ann.usearch"))
+    return {"ef": measured.ef, "recall": measured.recall, "graph_seconds": round(measured.seconds, 6)}

@@ -1,16 +1,25 @@
-"""How far a vector graph can be trusted: measured once, when its generation is built.
+"""How far a first pass over the vectors can be trusted: measured once per built generation.
 
-An HNSW graph's recall depends on the data as much as on its settings: on the benchmark's
-near-duplicate-heavy items it held 0.96 recall@10 at 100k vectors with a search breadth
-(ef) of 128 and 0.59 at 1M even with ef 2048 (docs/benchmarks.md). So each build asks
-its own graph: pseudo-queries (the normalized midpoints of random pairs of stored vectors:
-off the items like real queries, and measured no kinder than them) are answered exactly
-and by the graph at rising breadths; the smallest breadth whose recall@10 reaches
-RECALL_TARGET is what searches use. When none does, searches scan the base exactly.
+A graph's or a code scan's recall depends on the data as much as on its settings: on the
+benchmark's near-duplicate-heavy items an HNSW graph held 0.96 recall@10 at 100k vectors
+with a search breadth (ef) of 128 and 0.59 at 1M even with ef 2048 (docs/benchmarks.md).
+So each build asks its own passes: pseudo-queries are answered exactly and by the pass at
+rising effort (the graph's breadth, the codes' rescore depth); the least effort whose
+recall@10 reaches RECALL_TARGET is what searches use. When none does, searches scan exactly.
+
+A pseudo-query is the normalized sum of PARTS random stored vectors. It must sit as far
+from the items as real queries do: real MiniLM queries' best cosine to the benchmark items
+is 0.59 (median), a sum of six rows' 0.62, the midpoint of two rows' (used before) 0.74.
+The midpoint measured the codes far too kind at 1M (recall 1.0 rescoring 256 rows, where
+real queries got 0.71) and the graph too harsh at 100k (0.80 at ef 128, real 0.95); sums of
+six track real queries on both (codes at 1M: 0.72 / 0.83 / 0.91 / 0.97 rescoring
+256 ... 2,048, real 0.71 / 0.82 / 0.90 / 0.96; graph at 100k: 0.86 / 0.95 / 0.97 / 0.99 at
+ef 128 ... 1024, real 0.95 / 0.97 / 0.98 / 0.99).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +29,7 @@ import numpy.typing as npt
 RECALL_TARGET = 0.95
 LADDER = (128, 256, 512, 1024, 2048)
 SAMPLE = 50
+PARTS = 6  # stored vectors summed into one pseudo-query (see above)
 K = 10
 _BLOCK = 65_536  # matrix rows per exact-scan step (bounded memory at any size)
 
@@ -28,16 +38,31 @@ _BLOCK = 65_536  # matrix rows per exact-scan step (bounded memory at any size)
 class Calibration:
     ef: int | None  # the breadth searches use; None: the graph cannot hold the target
     recall: float  # recall@10 measured at `ef` (or at the widest breadth tried)
+    seconds: float = 0.0  # median time of one search at `ef` (0 when none)
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """Pseudo-queries and each one's exact 10th-best score: what every first pass of a
+    build (graph, codes) is measured against."""
+
+    queries: npt.NDArray[np.float32]
+    kth: npt.NDArray[np.float32]
+
+
+def probe(matrix: Any, n: int) -> Probe:
+    queries = pseudo_queries(matrix, n)
+    return Probe(queries, kth_scores(matrix, queries))
 
 
 def pseudo_queries(matrix: Any, n: int, seed: int = 15) -> npt.NDArray[np.float32]:
     rng = np.random.default_rng(seed)
-    a = np.asarray(matrix[np.sort(rng.choice(n, SAMPLE, replace=n < SAMPLE))], dtype=np.float32)
-    b = np.asarray(matrix[np.sort(rng.choice(n, SAMPLE, replace=n < SAMPLE))], dtype=np.float32)
-    mid = a + b
-    norms = np.linalg.norm(mid, axis=1, keepdims=True)
+    picks = np.sort(rng.choice(n, SAMPLE * PARTS, replace=n < SAMPLE * PARTS))
+    rows = np.asarray(matrix[picks], dtype=np.float32)[rng.permutation(SAMPLE * PARTS)]
+    summed = rows.reshape(SAMPLE, PARTS, -1).sum(axis=1)
+    norms = np.linalg.norm(summed, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
-    out: npt.NDArray[np.float32] = (mid / norms).astype(np.float32)
+    out: npt.NDArray[np.float32] = (summed / norms).astype(np.float32)
     return out
 
 
@@ -52,27 +77,33 @@ def kth_scores(matrix: Any, queries: npt.NDArray[np.float32], k: int = K) -> npt
     return out
 
 
-def calibrate(graph: Any, matrix: Any, keys: Any, target: float | None = None) -> Calibration:
+def calibrate(graph: Any, matrix: Any, keys: Any, target: float | None = None,
+              probed: Probe | None = None) -> Calibration:
     """The smallest breadth of LADDER at which `graph` (a usearch Index over `keys`, rows
     of `matrix`, keys ascending) finds `target` (default RECALL_TARGET) of the exact top 10
     of the pseudo-queries. A hit counts when it scores at least the exact 10th best (ties
     are equally right answers)."""
     target = RECALL_TARGET if target is None else target
     n = len(keys)
-    queries = pseudo_queries(matrix, n)
-    kth = kth_scores(matrix, queries)
+    probed = probed if probed is not None else probe(matrix, n)
     wanted = min(K, n)
     recall = 0.0
     for ef in LADDER:
         graph.expansion_search = ef
-        found = np.asarray(graph.search(queries, K).keys, dtype=np.int64).reshape(len(queries), -1)
+        found = np.asarray(graph.search(probed.queries, K).keys, dtype=np.int64).reshape(
+            len(probed.queries), -1)
         hits = 0
-        for q, row, bar in zip(queries, found, kth, strict=True):
+        for q, row, bar in zip(probed.queries, found, probed.kth, strict=True):
             pos = np.searchsorted(keys, row[(row >= 0)])
             pos = pos[pos < n]
             scores = np.asarray(matrix[np.sort(pos)], dtype=np.float32) @ q
             hits += min(wanted, int(np.sum(scores >= bar - 1e-6)))
-        recall = hits / (wanted * len(queries))
+        recall = hits / (wanted * len(probed.queries))
         if recall >= target:
-            return Calibration(ef, round(recall, 4))
+            times = []
+            for q in probed.queries:  # one query at a time, as searches ask
+                start = time.perf_counter()
+                graph.search(q, K)
+                times.append(time.perf_counter() - start)
+            return Calibration(ef, round(recall, 4), float(np.median(times)))
     return Calibration(None, round(recall, 4))

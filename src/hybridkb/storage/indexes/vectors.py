@@ -7,7 +7,8 @@ searched exactly, their older versions in the base skipped. When the delta grows
 few percent of the base, or the base lacks the graph its size calls for, a background
 thread builds the next generation from the store and publishes it (rename, then one
 row in the store), so writes and searches never wait for a graph build. Only a store
-with no usable base at all builds one before answering (a flat copy, no graph).
+with no usable base at all builds one before answering (a copy with its one-bit codes,
+no graph).
 """
 
 from __future__ import annotations
@@ -31,9 +32,12 @@ from .vector_base import BaseUnusable, Batch, RowIds, Vector, VectorBase, Wanted
 # The graph answers when the default filters keep at least this share of the base (it
 # over-fetches limit / share); a narrower mask is an exact scan of its rows.
 ANN_MIN_SHARE = 0.2
+# The codes scan every row's 48 bytes (at 384 dimensions) whatever the filter, so they pay
+# while the filter keeps at least this share; below, an exact scan of its rows reads less.
+CODES_MIN_SHARE = 0.05
 DELTA_MIN = 2_000  # the delta may grow to max(DELTA_MIN, DELTA_SHARE x base) before a rebuild
 DELTA_SHARE = 0.05
-ANN_MODES = ("auto", "on", "off")
+ANN_MODES = ("auto", "on", "codes", "off")
 
 
 class VectorSource(Protocol):
@@ -148,7 +152,7 @@ class VectorIndexSync:
                     self._start_worker(dim)
                 elif self.folder is not None:
                     with self._exclusive("build"):
-                        self._build(dim, ann=self._wants_ann(self.source.vector_count()))
+                        self._build(dim, ann=self._wants_ann())
                     return self.view(dim)
             return base, self._delta
 
@@ -177,8 +181,13 @@ class VectorIndexSync:
 
     # -- rebuilding -----------------------------------------------------------------------------
 
-    def _wants_ann(self, n: int) -> bool | None:
-        return {"on": True, "off": False}.get(self.ann, n >= vector_base.ANN_MIN_ROWS)
+    def _wants_ann(self) -> bool | None:
+        # None ("auto"): the build decides once it has measured the codes (graph_due)
+        return {"on": True, "off": False, "codes": False}.get(self.ann)
+
+    def _wants_codes(self) -> bool | None:
+        # "on" forces the graph, so it gets no rival; "codes" forces the codes.
+        return {"on": False, "off": False, "codes": True}.get(self.ann)
 
     def _wants_ann_now(self) -> bool:
         # Only a forced graph is built before answering; "auto" adds it in the background.
@@ -189,7 +198,14 @@ class VectorIndexSync:
             return False
         if len(delta) > max(DELTA_MIN, DELTA_SHARE * len(base)):
             return True
-        return bool(self._wants_ann(len(base))) and base.ann is None
+        return self._lacks_pass(base)
+
+    def _lacks_pass(self, base: VectorBase) -> bool:
+        """The base lacks a first pass the mode and its size call for."""
+        if self.ann == "codes":
+            return base.codes is None and len(base) > 0
+        wanted = self._wants_ann()
+        return base.incomplete if wanted is None else wanted and base.ann is None
 
     def _start_worker(self, dim: int) -> None:
         if self._closed or (self._worker is not None and self._worker.is_alive()):
@@ -201,7 +217,7 @@ class VectorIndexSync:
     def _work(self, dim: int) -> None:
         with contextlib.suppress(Exception), self._exclusive("build", wait=False) as got:
             if got and not self._closed:
-                self._build(dim, ann=self._wants_ann(self.source.vector_count()))
+                self._build(dim, ann=self._wants_ann())
 
     def _build(self, dim: int, *, ann: bool | None) -> None:
         """Write the next generation from the store and publish it (under the build lock)."""
@@ -211,7 +227,8 @@ class VectorIndexSync:
         target = self.folder / generation
         self.folder.mkdir(parents=True, exist_ok=True)
         vector_base.build(target, dim, head, self.source.iter_vectors(dim), self.source.vector_count(),
-                          ann=ann, progress=self.progress, cancelled=lambda: self._closed)
+                          ann=ann, codes=self._wants_codes(), progress=self.progress,
+                          cancelled=lambda: self._closed)
         old = self.source.published(self.NAME)
         self.source.publish(self.NAME, generation, head, dim)
         self.builds += 1
@@ -237,11 +254,11 @@ class VectorIndexSync:
         if self.folder is None:
             return
         with self._lock, self._exclusive("build"):
-            self._build(dim, ann=self._wants_ann(self.source.vector_count()))
+            self._build(dim, ann=self._wants_ann())
 
     def optimize(self, dim: int) -> bool:
         """Build the next generation now when the current one lacks vectors written since,
-        or the graph its size calls for; True when one was built. Waits for a build another
+        or the first pass its size calls for; True when one was built. Waits for a build another
         thread or process has under way, then looks again."""
         if self.folder is None:
             return False
@@ -249,10 +266,9 @@ class VectorIndexSync:
             base = self._current_base(dim)
             _, head = self.source.log_bounds()
             pending = base is None or self._changed_after(base.seq, head)
-            wants_graph = bool(self._wants_ann(self.source.vector_count()))
-            if not pending and not (wants_graph and base is not None and base.ann is None):
+            if not pending and not (base is not None and self._lacks_pass(base)):
                 return False
-            self._build(dim, ann=wants_graph)
+            self._build(dim, ann=self._wants_ann())
             return True
 
     def _changed_after(self, seq: int, head: int) -> bool:
@@ -360,7 +376,11 @@ def knn(
     if changed.size:
         mask = mask & ~np.isin(base.rowids, changed)
         share = float(mask.mean()) if mask.size else 0.0
-    if base.ann is not None and base.graph_ok and share >= ANN_MIN_SHARE:
+    if base.first_pass == "codes" and share >= CODES_MIN_SHARE:
+        keys, scores = base.coded(query, limit, None if share >= 1.0 else mask)
+        parts.append(_top(keys, scores, limit))
+        return _merge(parts, limit)
+    if base.first_pass == "graph" and share >= ANN_MIN_SHARE:
         # Everything allowed: the graph's top `limit` is the answer; else over-fetch.
         count = limit if share >= 1.0 else int(np.ceil(2 * limit / share)) + 10
         while count < len(base):

@@ -121,8 +121,9 @@ class SQLiteBackend:
             memo=self._memoized)
         self._text = TextIndexSync(None if folder is None else folder / "text", self._changes, progress,
                                    title_repeat=title_repeat(bm25_weights))
-        # "auto": an HNSW graph past vector_base.ANN_MIN_ROWS, built in the background;
-        # "on" / "off" force it (the eval runs both); HYBRIDKB_VECTOR_ANN sets the default.
+        # "auto": one-bit codes past vector_base.CODES_MIN_ROWS, an HNSW graph (built in the
+        # background) where graph_due; "on" forces the graph, "codes" the codes, "off" exact
+        # scans (the eval runs them); HYBRIDKB_VECTOR_ANN sets the default.
         self._vectors = VectorIndexSync(None if folder is None else folder / "vectors", self._changes,
                                         ann=ann, progress=progress)
 
@@ -547,9 +548,12 @@ class SQLiteBackend:
             base, _ = self._vectors.view(dim)
             out.update(vectors=0 if base is None else len(base), vector_seq=0 if base is None
                        else base.seq, graph=base is not None and base.ann is not None,
-                       graph_used=base is not None and base.ann is not None and base.graph_ok,
+                       graph_used=base is not None and base.first_pass == "graph",
                        graph_recall=None if base is None else base.recall,
                        graph_ef=None if base is None or base.ann is None else base.ef,
+                       codes_rescore=None if base is None else base.rescore,
+                       codes_recall=None if base is None else base.codes_recall,
+                       first_pass=None if base is None else base.first_pass,
                        vector_base_built=built)
         return out
 

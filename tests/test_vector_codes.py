@@ -1,0 +1,131 @@
+"""One-bit codes as the vector base's first pass (vector_codes.py): the pure parts against
+brute force, then a store forced onto them (`vector_ann="codes"`) against exact answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hybridkb
+from hybridkb import HashingEmbedder, KnowledgeBase
+from hybridkb.model import now_ts, parse_filters
+from hybridkb.storage.contract import SearchArea
+from hybridkb.storage.indexes import vector_base, vector_codes, vector_recall
+
+DIM = 96  # two words a code, the second half used
+
+
+def clustered(n: int, seed: int, dim: int = DIM) -> np.ndarray:
+    """Unit rows around 40 centres: neighbours that matter, as real embeddings have."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((40, dim)).astype(np.float32)
+    rows = centres[rng.integers(0, 40, n)] + 0.6 * rng.standard_normal((n, dim)).astype(np.float32)
+    out: np.ndarray = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    return out
+
+
+def test_distances_are_hamming_distances_of_the_centered_signs() -> None:
+    m = clustered(500, 1)
+    center = vector_codes.center_of(m, len(m))
+    columns = vector_codes.encode_columns(m, len(m), center)
+    assert columns.shape == (2, 500) and columns.dtype == np.uint64
+    q = clustered(1, 2)[0]
+    bits = (m > center).astype(np.int8)
+    want = np.abs(bits - (q > center).astype(np.int8)).sum(axis=1)
+    got = vector_codes.distances(columns, vector_codes.encode(q, center))
+    assert got.tolist() == want.tolist()
+    assert int(vector_codes.distances(columns, vector_codes.encode(m[17], center))[17]) == 0
+
+
+def test_closest_takes_exactly_the_smallest_with_ties_to_lower_positions() -> None:
+    dist = np.array([5, 1, 3, 1, 3, 3, 0, 9], dtype=np.uint16)
+    assert vector_codes.closest(dist, 1).tolist() == [6]
+    assert vector_codes.closest(dist, 3).tolist() == [1, 3, 6]
+    assert vector_codes.closest(dist, 4).tolist() == [1, 2, 3, 6]  # first of the three 3s
+    assert vector_codes.closest(dist, 5).tolist() == [1, 2, 3, 4, 6]
+    assert vector_codes.closest(dist, 20).tolist() == list(range(8))
+
+
+def test_search_keeps_to_the_mask_and_scores_exactly() -> None:
+    m = clustered(2000, 3)
+    center = vector_codes.center_of(m, len(m))
+    columns = vector_codes.encode_columns(m, len(m), center)
+    mask = np.arange(2000) % 3 == 0
+    q = clustered(1, 4)[0]
+    picks, scores = vector_codes.search(columns, center, m, q, 100, mask)
+    assert len(picks) == 100 and mask[picks].all()
+    assert np.allclose(scores, m[picks] @ q)
+    few = np.zeros(2000, dtype=bool)
+    few[[5, 50, 500]] = True
+    picks, _ = vector_codes.search(columns, center, m, q, 100, few)
+    assert picks.tolist() == [5, 50, 500]  # never a row the mask drops, however deep
+
+
+def test_calibration_reaches_the_target_or_says_it_cannot(monkeypatch: pytest.MonkeyPatch) -> None:
+    m = clustered(20_000, 5)
+    center = vector_codes.center_of(m, len(m))
+    columns = vector_codes.encode_columns(m, len(m), center)
+    probed = vector_recall.probe(m, len(m))
+    found = vector_codes.calibrate(columns, center, m, probed)
+    assert found.rescore in vector_codes.RESCORE_LADDER and found.recall >= 0.95 and found.seconds > 0
+    monkeypatch.setattr(vector_codes, "RESCORE_LADDER", (16, 32))
+    short = vector_codes.calibrate(columns, center, m, probed)
+    assert short.rescore is None and short.recall < 0.95
+
+
+def test_the_faster_measured_pass_is_used() -> None:
+    codes = {"codes": {"rescore": 512, "recall": 0.97, "seconds": 0.002}}
+    pick = vector_base._first_pass
+    assert pick({**codes, "graph_seconds": 0.001}, graph=True, codes=True) == "graph"
+    assert pick({**codes, "graph_seconds": 0.004}, graph=True, codes=True) == "codes"
+    assert pick(codes, graph=True, codes=True) == "codes"  # a graph without a measured time
+    assert pick(codes, graph=False, codes=True) == "codes"
+    assert pick({}, graph=False, codes=False) is None
+
+
+def open_kb(path: Path, **options: object) -> KnowledgeBase:
+    return hybridkb.open(str(path), embedder=HashingEmbedder(DIM), **options)  # type: ignore[arg-type]
+
+
+def vsearch(kb: KnowledgeBase, q: np.ndarray, k: int = 10, corpora: list[str] | None = None
+            ) -> list[tuple[str, float]]:
+    area = SearchArea(tuple(corpora) if corpora else None, parse_filters(None), now_ts())
+    return kb.backend.vector_search(q, area, k)
+
+
+def test_a_store_on_codes_holds_recall_with_exact_scores_and_filters(tmp_path: Path) -> None:
+    kb = open_kb(tmp_path / "kb.db", vector_ann="codes")
+    rows = clustered(4040, 6)
+    m, queries = rows[:4000], rows[4000:]  # queries on the stored topics, not stored themselves
+    kb.add_many([{"id": f"v{i}", "text": f"item {i}", "vector": m[i], "corpus": "a" if i % 4 else "b"}
+                 for i in range(len(m))])
+    report = kb.optimize()
+    assert report["first_pass"] == "codes" and report["graph"] is False
+    assert report["codes_rescore"] in vector_codes.RESCORE_LADDER and report["codes_recall"] >= 0.95
+    recalls = []
+    for q in queries:
+        exact = np.lexsort((np.arange(len(m)), -(m @ q)))[:10]
+        got = vsearch(kb, q)
+        recalls.append(len({f"v{i}" for i in exact} & {i for i, _ in got}) / 10)
+        for item_id, score in got:
+            assert score == pytest.approx(float(m[int(item_id[1:])] @ q), abs=1e-6)
+        in_b = vsearch(kb, q, corpora=["b"])  # a quarter of the rows: through the codes, masked
+        assert len(in_b) == 10 and all(int(i[1:]) % 4 == 0 for i, _ in in_b)
+    assert np.mean(recalls) >= 0.95
+    kb.close()
+
+
+def test_writes_after_the_base_are_found_and_deleted_rows_are_not(tmp_path: Path) -> None:
+    kb = open_kb(tmp_path / "kb.db", vector_ann="codes")
+    m = clustered(3000, 8)
+    kb.add_many([{"id": f"v{i}", "text": f"item {i}", "vector": m[i]} for i in range(len(m))])
+    kb.optimize()
+    fresh = clustered(1, 9)[0]
+    kb.add_many([{"id": "new", "text": "new", "vector": fresh}])
+    kb.delete_many(["v11"])
+    assert vsearch(kb, fresh)[0][0] == "new"
+    assert all(i != "v11" for i, _ in vsearch(kb, m[11], 50))
+    assert vsearch(kb, m[12])[0][0] == "v12"
+    kb.close()
