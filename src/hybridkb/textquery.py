@@ -87,7 +87,7 @@ def cjk_expand(text: str) -> str:
     The one rule for documents and queries alike (SQLite's FTS5 source view and
     PostgreSQL's tsvector apply it to what they index): other scripts pass unchanged.
     """
-    if not _CJK_RUN.search(text):
+    if text.isascii() or not _CJK_RUN.search(text):
         return text
     return _CJK_RUN.sub(lambda m: f" {_bigrams(m.group())} ", text)
 

@@ -125,23 +125,26 @@ def meta_token(key: str, value: object) -> str | None:
     return None  # null, lists and objects: json_each never equals a scalar filter value to them
 
 
-def to_document(schema: tantivy.Schema, doc: TextDoc, repeat: int = TITLE_REPEAT) -> tantivy.Document:
-    fields: dict[str, Any] = {
-        "rowid": [doc.rowid],
-        "body": [body_of(doc.title, doc.text, repeat)],
-        "expires": [NEVER if doc.expires_at is None else float(doc.expires_at)],
-        "created": [float(doc.created_at)],
-        "updated": [float(doc.updated_at)],
-        "stale": [bool(doc.stale)],
-    }
+def to_document(doc: TextDoc, repeat: int = TITLE_REPEAT) -> tantivy.Document:
+    """The index's document for an item (fields as build_schema declares them). Built field
+    by field: `Document.from_dict` with the schema cost four times as much (150 vs 36 us a
+    document, half a rebuild's Python time)."""
+    out = tantivy.Document()
+    out.add_integer("rowid", doc.rowid)
+    out.add_text("body", body_of(doc.title, doc.text, repeat))
+    out.add_float("expires", NEVER if doc.expires_at is None else float(doc.expires_at))
+    out.add_float("created", float(doc.created_at))
+    out.add_float("updated", float(doc.updated_at))
+    out.add_boolean("stale", bool(doc.stale))
     for name in FILTER_TEXT_FIELDS:
         value = getattr(doc, name)
         if value is not None:
-            fields[name] = [value]
-    tokens = [t for k, v in (doc.metadata or {}).items() if (t := meta_token(str(k), v)) is not None]
-    if tokens:
-        fields["meta"] = tokens
-    return tantivy.Document.from_dict(fields, schema)
+            out.add_text(name, value)
+    for k, v in (doc.metadata or {}).items():
+        token = meta_token(str(k), v)
+        if token is not None:
+            out.add_text("meta", token)
+    return out
 
 
 def _filter(query: tantivy.Query) -> tuple[tantivy.Occur, tantivy.Query]:
