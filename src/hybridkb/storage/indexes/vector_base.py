@@ -221,11 +221,12 @@ class VectorBase:
     def coded(self, query: Vector, count: int, mask: npt.NDArray[np.bool_] | None = None
               ) -> tuple[RowIds, Vector]:
         """The rows nearest by one-bit code (only those `mask` keeps), scored exactly: at
-        least the calibrated rescore depth, and twice `count` for deep lists."""
+        least the calibrated rescore depth, and four times `count` for deep lists (hybrid
+        asks 300: at twice that, NFCorpus hybrid lost 0.0045 nDCG@10 to the exact scan)."""
         if self.codes is None or self.center is None or self.rescore is None:
             return self.exact(query, None if mask is None else np.flatnonzero(mask))
         picks, scores = vector_codes.search(self.codes, self.center, self.matrix, query,
-                                            max(self.rescore, 2 * count), mask)
+                                            max(self.rescore, 4 * count), mask)
         return np.asarray(self.rowids[picks]), scores
 
     def nearest(self, query: Vector, count: int) -> tuple[RowIds, Vector]:
