@@ -129,3 +129,21 @@ def test_writes_after_the_base_are_found_and_deleted_rows_are_not(tmp_path: Path
     assert all(i != "v11" for i, _ in vsearch(kb, m[11], 50))
     assert vsearch(kb, m[12])[0][0] == "v12"
     kb.close()
+
+
+def test_a_truncated_codes_file_is_reported_and_rebuilt(tmp_path: Path) -> None:
+    db = tmp_path / "kb.db"
+    kb = open_kb(db, vector_ann="codes")
+    m = clustered(1000, 10)
+    kb.add_many([{"id": f"v{i}", "text": f"item {i}", "vector": m[i]} for i in range(len(m))])
+    kb.optimize()
+    kb.close()
+    codes = next((tmp_path / "kb.db.idx" / "vectors").rglob("codes.u64"))
+    codes.write_bytes(codes.read_bytes()[:100])
+    kb = open_kb(db, vector_ann="codes")
+    problems = kb.check()["problems"]
+    assert any("vector index" in p["problem"] and "damaged" in p["problem"] for p in problems), problems
+    assert vsearch(kb, m[42])[0][0] == "v42"  # answered from a rebuilt base
+    base, _ = kb.backend._vectors.view(DIM)
+    assert base is not None and base.first_pass == "codes"
+    kb.close()
