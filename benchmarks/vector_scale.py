@@ -64,7 +64,8 @@ def allowed(n: int, corpora: list[str] | None) -> np.ndarray[Any, Any] | None:
     if corpora == ["rare"]:
         return rare
     odd: np.ndarray[Any, Any] = idx % 2 == 1
-    return ~rare & (odd if corpora == ["b"] else ~odd)
+    kept: np.ndarray[Any, Any] = ~rare & (odd if corpora == ["b"] else ~odd)
+    return kept
 
 
 def run(n: int, workdir: Path, queries: int) -> dict[str, Any]:
