@@ -74,7 +74,7 @@ def _distribution(values: list[float]) -> list[float]:
     would erase the differences between the strongest matches.
     """
     mean = sum(values) / len(values)
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    std = math.sqrt(sum([(v - mean) ** 2 for v in values]) / len(values))
     if std <= 1e-12:
         return [0.5] * len(values)
     lo, span = mean - 3 * std, 6 * std
@@ -89,35 +89,32 @@ def _normalized_sum(
     of each list's normalized first score), from one normalization of each list. With
     `top`, only the first `top` fused entries (and any tied with the last) are returned."""
     ws = _check_weights(len(lists), weights)
-    scores: dict[str, float] = {}
+    parts: list[tuple[list[str], list[float]]] = []
     tops: list[float] = []
-    present = 0
     for w, scored in zip(ws, lists, strict=True):
         ids, values = _first_occurrences(scored)
-        if not ids:
-            continue
-        present += 1
-        normalized = normalize(values)
-        for doc, s in zip(ids, normalized, strict=True):
-            scores[doc] = scores.get(doc, 0.0) + w * s
-        tops.append(w * normalized[0])
-    if top is not None and present == 1:
-        return _head(scores, top), sum(tops)
+        if ids:
+            weighted = [0.0 + w * s for s in normalize(values)]  # 0.0 + : as summed into 0.0
+            parts.append((ids, weighted))
+            tops.append(weighted[0])
+    if len(parts) == 1 and top is not None:
+        return _head(*parts[0], top), sum(tops)
+    scores: dict[str, float] = dict(zip(*parts[0], strict=True)) if parts else {}
+    for ids, weighted in parts[1:]:
+        for doc, s in zip(ids, weighted, strict=True):
+            scores[doc] = scores.get(doc, 0.0) + s
     return _sorted(scores), sum(tops)
 
 
-def _head(scores: dict[str, float], top: int) -> Fused:
-    """`_sorted(scores)[:n]` for the smallest n >= top that ends a run of equal scores, when
-    the scores already fall in insertion order (one list, best first): only that head is
-    sorted. Anything else is sorted whole."""
-    values = list(scores.values())
-    if len(values) <= top or any(a < b for a, b in zip(values, values[1:])):
-        return _sorted(scores)
-    cut = top
-    while cut < len(values) and values[cut] == values[cut - 1]:
-        cut += 1
-    head = dict(zip(list(scores)[:cut], values[:cut], strict=True))
-    return _sorted(head)
+def _head(ids: list[str], values: list[float], top: int) -> Fused:
+    """`_sorted` of one list's fused scores, cut after `top` entries (later, when scores tie
+    there). Scores falling in list order (best first) are only sorted that far."""
+    if len(values) > top and values == sorted(values, reverse=True):
+        cut = top
+        while cut < len(values) and values[cut] == values[cut - 1]:
+            cut += 1
+        ids, values = ids[:cut], values[:cut]
+    return _sorted(dict(zip(ids, values, strict=True)))
 
 
 def _first_occurrences(scored: Scored) -> tuple[list[str], list[float]]:

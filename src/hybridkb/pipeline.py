@@ -115,7 +115,7 @@ class _Group:
     best: float  # the best fused score possible in this group
     lists: dict[str, ScoredIds]  # each retriever's list after its head's collapse
     alternates: dict[str, list[str]]  # survivor -> the copies its lists' collapse absorbed
-    _ranks: dict[str, dict[str, tuple[int, float]]] | None = None
+    _ranks: dict[str, dict[str, int]] | None = None  # list -> id -> its place (from 0)
 
     def candidate(self, doc: str) -> _Candidate:
         score = self.fused[doc]
@@ -123,10 +123,10 @@ class _Group:
 
     def retrievers(self, doc: str) -> dict[str, RetrieverHit]:
         """Where each list placed `doc` (asked for the page's hits only)."""
-        if self._ranks is None:
-            self._ranks = {name: {d: (rank, score) for rank, (d, score) in enumerate(scored, start=1)}
+        if self._ranks is None:  # an id listed twice keeps its last place, as a dict does
+            self._ranks = {name: dict(zip([d for d, _ in scored], range(len(scored)), strict=True))
                            for name, scored in self.lists.items()}
-        return {name: RetrieverHit(rank=at[0], score=at[1])
+        return {name: RetrieverHit(rank=at + 1, score=self.lists[name][at][1])
                 for name, ranks in self._ranks.items() if (at := ranks.get(doc)) is not None}
 
 
