@@ -89,32 +89,29 @@ def _normalized_sum(
     of each list's normalized first score), from one normalization of each list. With
     `top`, only the first `top` fused entries (and any tied with the last) are returned."""
     ws = _check_weights(len(lists), weights)
-    parts: list[tuple[list[str], list[float]]] = []
+    scores: dict[str, float] = {}
     tops: list[float] = []
     for w, scored in zip(ws, lists, strict=True):
         ids, values = _first_occurrences(scored)
-        if ids:
-            weighted = [0.0 + w * s for s in normalize(values)]  # 0.0 + : as summed into 0.0
-            parts.append((ids, weighted))
-            tops.append(weighted[0])
-    if len(parts) == 1 and top is not None:
-        return _head(*parts[0], top), sum(tops)
-    scores: dict[str, float] = dict(zip(*parts[0], strict=True)) if parts else {}
-    for ids, weighted in parts[1:]:
-        for doc, s in zip(ids, weighted, strict=True):
-            scores[doc] = scores.get(doc, 0.0) + s
-    return _sorted(scores), sum(tops)
+        if not ids:
+            continue
+        weighted = [w * s for s in normalize(values)]
+        if scores:
+            for doc, s in zip(ids, weighted, strict=True):
+                scores[doc] = scores.get(doc, 0.0) + s
+        else:  # 0.0 + s, as summing into an empty dict would (0.0 + -0.0 is 0.0)
+            scores = dict(zip(ids, [0.0 + s for s in weighted], strict=True))
+        tops.append(weighted[0])
+    return (_sorted(scores) if top is None else _head(scores, top)), sum(tops)
 
 
-def _head(ids: list[str], values: list[float], top: int) -> Fused:
-    """`_sorted` of one list's fused scores, cut after `top` entries (later, when scores tie
-    there). Scores falling in list order (best first) are only sorted that far."""
-    if len(values) > top and values == sorted(values, reverse=True):
-        cut = top
-        while cut < len(values) and values[cut] == values[cut - 1]:
-            cut += 1
-        ids, values = ids[:cut], values[:cut]
-    return _sorted(dict(zip(ids, values, strict=True)))
+def _head(scores: dict[str, float], top: int) -> Fused:
+    """`_sorted(scores)` cut after its first `top` entries (later when scores tie there):
+    only the entries scoring at least the `top`-th best score are sorted by (score, id)."""
+    if len(scores) <= top:
+        return _sorted(scores)
+    floor = sorted(scores.values(), reverse=True)[top - 1]
+    return _sorted({doc: s for doc, s in scores.items() if s >= floor})
 
 
 def _first_occurrences(scored: Scored) -> tuple[list[str], list[float]]:
