@@ -15,7 +15,7 @@ log shows deleted are dropped. All of this is called under the backend's lock.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from .tables import chunks, marks
 
@@ -61,7 +61,7 @@ class IdMap:
             self._fill(rowids, read)
             found = list(map(self._ids.get, rowids))
             return [(i, s) for i, (_, s) in zip(found, top, strict=True) if i is not None]
-        return [(i, s) for i, (_, s) in zip(found, top, strict=True)]
+        return list(zip(cast("list[str]", found), [s for _, s in top], strict=True))
 
     def _sync(self, bounds: tuple[int, int], read: Read) -> None:
         """Drop the pairs of rowids deleted since the map was last in step with the log."""
