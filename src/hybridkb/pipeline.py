@@ -222,8 +222,8 @@ def run(
 
 def _pool_ahead(lists: dict[tuple[str, ...], dict[str, ScoredIds]], pool: int) -> set[str]:
     """The ids the pool will hold when one list alone answers: its first `pool` (fusing one
-    list keeps its order), read with the heads in one query. Fused lists can place
-    anything in the pool; their pool is read once it is known."""
+    list keeps its order but for ties), read with the heads in one query. Fused lists can
+    place anything in the pool; what a pool lacks is read once it is known."""
     answered = [sc for per in lists.values() for sc in per.values() if sc]
     return {d for d, _ in answered[0][:pool]} if len(answered) == 1 else set()
 
