@@ -91,7 +91,9 @@ def stage_breakdown(kb: KnowledgeBase, queries: Sequence[str], *, mode: str = "h
                                      rec.wrap("vector", _split_vector(backend, rec))))
         stack.enter_context(patched(textquery, "parse", rec.wrap("parse", textquery.parse)))
         stack.enter_context(patched(dedup, "collapse", rec.wrap("dedup", dedup.collapse)))
-        stack.enter_context(patched(fusion, "fuse", rec.wrap("fusion", fusion.fuse)))
+        # the pipeline fuses through fuse_with_best (fuse alone is the public entry)
+        stack.enter_context(patched(fusion, "fuse_with_best",
+                                    rec.wrap("fusion", fusion.fuse_with_best)))
         stack.enter_context(patched(pipeline, "_hit", rec.wrap("hits", pipeline._hit)))
         for q in queries:
             start = time.perf_counter()

@@ -81,3 +81,44 @@ def test_fuse_with_best_is_fuse_and_best_possible() -> None:
             fused, best = fusion.fuse_with_best(method, lists, weights=weights)
             assert fused == fusion.fuse(method, lists, weights=weights)
             assert best == fusion.best_possible(method, lists, weights=weights)
+
+
+def test_fuse_with_best_top_is_the_head_of_the_whole_fusion() -> None:
+    # A search reads only the pool's worth of one fused list: the head it gets must be the
+    # whole fusion's head, ties at the cut included (the scores below tie often).
+    rng = random.Random(11)
+    for _ in range(300):
+        n_lists = rng.choice([1, 1, 2])
+        lists = []
+        for _ in range(n_lists):
+            n = rng.randrange(0, 60)
+            scores = sorted((rng.choice([1.0, 2.0, 3.0, rng.random()]) for _ in range(n)), reverse=True)
+            ids = rng.sample([f"d{i}" for i in range(80)], n)
+            lists.append(list(zip(ids, scores, strict=True)))
+        if rng.random() < 0.1 and lists[0]:  # out of order: sorted whole
+            lists[0] = lists[0][::-1]
+        weights = [rng.choice([0.0, 0.4, 1.0]) for _ in lists]
+        top = rng.randrange(1, 40)
+        for method in ("convex", "dbsf"):
+            whole, best = fusion.fuse_with_best(method, lists, weights=weights)
+            head, head_best = fusion.fuse_with_best(method, lists, weights=weights, top=top)
+            assert head_best == best
+            assert head == whole[: len(head)]
+            assert len(head) >= min(top, len(whole))
+            if len(head) < len(whole):  # cut only where the scores step down
+                assert whole[len(head)][1] < head[-1][1]
+
+
+def test_a_full_id_map_starts_over_without_losing_hits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Past its bound the rowid -> id map starts over; the rowids it held must still map
+    # (before, they were read as deleted items and dropped from the list).
+    from hybridkb.storage.sqlite import reads
+
+    kb = open_kb(tmp_path / "kb.db")
+    kb.add_many([{"id": f"n{i}", "text": f"heron note {i}"} for i in range(6)])
+    assert len(kb.search("heron", mode="fts").hits) == 6  # the map now holds all six
+    kb.add_many([{"id": f"m{i}", "text": f"heron marsh {i}"} for i in range(3)])
+    monkeypatch.setattr(reads, "_PAIRS_MAX", 8)  # six held + three new > 8: starts over
+    assert {h.id for h in kb.search("heron", mode="fts", limit=20).hits} == (
+        {f"n{i}" for i in range(6)} | {f"m{i}" for i in range(3)})
+    kb.close()

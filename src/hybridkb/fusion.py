@@ -60,60 +60,74 @@ def rrf(lists: Sequence[Ranked], *, k: float = RRF_K, weights: Sequence[float] |
     return _sorted(scores)
 
 
-def _minmax(scored: Scored) -> dict[str, float]:
-    if not scored:
-        return {}
-    values = [s for _, s in scored]
+def _minmax(values: list[float]) -> list[float]:
     lo, hi = min(values), max(values)
     if hi - lo <= 1e-12:
-        return {doc: 1.0 for doc, _ in scored}
-    return {doc: (s - lo) / (hi - lo) for doc, s in scored}
+        return [1.0] * len(values)
+    return [(s - lo) / (hi - lo) for s in values]
 
 
-def _distribution(scored: Scored) -> dict[str, float]:
+def _distribution(values: list[float]) -> list[float]:
     """DBSF normalization: map mean ± 3σ of the list's scores onto [0, 1].
 
     Not clipped: BM25 lists are heavy-tailed, and clipping the head at mean + 3σ
     would erase the differences between the strongest matches.
     """
-    if not scored:
-        return {}
-    values = [s for _, s in scored]
     mean = sum(values) / len(values)
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    std = math.sqrt(sum([(v - mean) ** 2 for v in values]) / len(values))
     if std <= 1e-12:
-        return {doc: 0.5 for doc, _ in scored}
+        return [0.5] * len(values)
     lo, span = mean - 3 * std, 6 * std
-    return {doc: (s - lo) / span for doc, s in scored}
+    return [(s - lo) / span for s in values]
 
 
 def _normalized_sum(
     lists: Sequence[Scored], weights: Sequence[float] | None,
-    normalize: Callable[[Scored], dict[str, float]],
+    normalize: Callable[[list[float]], list[float]], top: int | None = None,
 ) -> tuple[Fused, float]:
     """The weighted sum of the normalized lists, and the best fused score possible (the sum
-    of each list's normalized first score), from one normalization of each list."""
+    of each list's normalized first score), from one normalization of each list. With
+    `top`, only the first `top` fused entries (and any tied with the last) are returned."""
     ws = _check_weights(len(lists), weights)
     scores: dict[str, float] = {}
     tops: list[float] = []
     for w, scored in zip(ws, lists, strict=True):
-        firsts = _first_occurrences(scored)
-        normalized = normalize(firsts)
-        for doc, s in normalized.items():
-            scores[doc] = scores.get(doc, 0.0) + w * s
-        if firsts:
-            tops.append(w * normalized[firsts[0][0]])
-    return _sorted(scores), sum(tops)
+        ids, values = _first_occurrences(scored)
+        if not ids:
+            continue
+        weighted = [w * s for s in normalize(values)]
+        if scores:
+            for doc, s in zip(ids, weighted, strict=True):
+                scores[doc] = scores.get(doc, 0.0) + s
+        else:  # 0.0 + s, as summing into an empty dict would (0.0 + -0.0 is 0.0)
+            scores = dict(zip(ids, [0.0 + s for s in weighted], strict=True))
+        tops.append(weighted[0])
+    return (_sorted(scores) if top is None else _head(scores, top)), sum(tops)
 
 
-def _first_occurrences(scored: Scored) -> list[tuple[str, float]]:
+def _head(scores: dict[str, float], top: int) -> Fused:
+    """`_sorted(scores)` cut after its first `top` entries (later when scores tie there):
+    only the entries scoring at least the `top`-th best score are sorted by (score, id)."""
+    if len(scores) <= top:
+        return _sorted(scores)
+    floor = sorted(scores.values(), reverse=True)[top - 1]
+    return _sorted({doc: s for doc, s in scores.items() if s >= floor})
+
+
+def _first_occurrences(scored: Scored) -> tuple[list[str], list[float]]:
+    """Ids and scores, each id once at its first place, non-finite scores left out."""
+    ids = [doc for doc, _ in scored]
+    values = [s for _, s in scored]
+    if len(set(ids)) == len(ids) and math.isfinite(sum(values)):  # the usual list: as it is
+        return ids, values
     seen: set[str] = set()
-    out = []
+    ids, values = [], []
     for doc, s in scored:
         if doc not in seen and math.isfinite(s):
             seen.add(doc)
-            out.append((doc, s))
-    return out
+            ids.append(doc)
+            values.append(s)
+    return ids, values
 
 
 def convex(lists: Sequence[Scored], *, weights: Sequence[float] | None = None) -> Fused:
@@ -153,11 +167,14 @@ def best_possible(
 
 def fuse_with_best(
     method: str, lists: Sequence[Scored], *, weights: Sequence[float] | None = None,
-    k: float = RRF_K,
+    k: float = RRF_K, top: int | None = None,
 ) -> tuple[Fused, float]:
-    """`fuse` and `best_possible` together, each list normalized once (a search needs both)."""
+    """`fuse` and `best_possible` together, each list normalized once (a search needs both).
+    `top` may cut the fused list to its first `top` entries (more when scores tie there);
+    a search reads only that far."""
     if method in ("convex", "dbsf"):
-        return _normalized_sum(lists, weights, _minmax if method == "convex" else _distribution)
+        return _normalized_sum(lists, weights, _minmax if method == "convex" else _distribution,
+                               top)
     fused = fuse(method, lists, weights=weights, k=k)  # rrf, or an unknown name's error
     ws = _check_weights(len(lists), weights)
     return fused, sum(w for w, scored in zip(ws, lists, strict=True) if scored) / (k + 1)

@@ -99,7 +99,7 @@ class SearchPlan:
 @dataclass(slots=True)
 class _Candidate:
     fused: float  # the fused score, or under merge="rrf" the cross-corpus RRF score
-    retrievers: dict[str, RetrieverHit]
+    owner: _Group  # the group it was fused in (its retrievers' ranks are read from there)
     alternates: list[str] = field(default_factory=list)
     relevance: float = 0.0  # fused / best possible in its list group, in [0, 1]
     merged: bool = False  # ranked by the cross-corpus RRF score (merge="rrf")
@@ -110,22 +110,24 @@ class _Group:
     """One group's lists after collapse and fusion. Candidates are made from it only for
     the pool a search reads further (a few dozen of several hundred fused ids)."""
 
-    order: list[str]  # fused, best first
-    fused: dict[str, float]
+    order: list[str]  # fused, best first: the pool's worth (the rest is never read)
+    fused: dict[str, float]  # of the ids in `order`
     best: float  # the best fused score possible in this group
     lists: dict[str, ScoredIds]  # each retriever's list after its head's collapse
     alternates: dict[str, list[str]]  # survivor -> the copies its lists' collapse absorbed
-    _ranks: dict[str, dict[str, tuple[int, float]]] | None = None
+    _ranks: dict[str, dict[str, int]] | None = None  # list -> id -> its place (from 0)
 
     def candidate(self, doc: str) -> _Candidate:
-        if self._ranks is None:
-            self._ranks = {name: {d: (rank, score) for rank, (d, score) in enumerate(scored, start=1)}
-                           for name, scored in self.lists.items()}
-        retrievers = {name: RetrieverHit(rank=at[0], score=at[1])
-                      for name, ranks in self._ranks.items() if (at := ranks.get(doc)) is not None}
         score = self.fused[doc]
-        return _Candidate(score, retrievers, list(self.alternates.get(doc, ())),
-                          relevance(score, self.best))
+        return _Candidate(score, self, list(self.alternates.get(doc, ())), relevance(score, self.best))
+
+    def retrievers(self, doc: str) -> dict[str, RetrieverHit]:
+        """Where each list placed `doc` (asked for the page's hits only)."""
+        if self._ranks is None:  # an id listed twice keeps its last place, as a dict does
+            self._ranks = {name: dict(zip([d for d, _ in scored], range(len(scored)), strict=True))
+                           for name, scored in self.lists.items()}
+        return {name: RetrieverHit(rank=at + 1, score=self.lists[name][at][1])
+                for name, ranks in self._ranks.items() if (at := ranks.get(doc)) is not None}
 
 
 QueryEmbedder = Callable[[str], Vector]
@@ -170,10 +172,11 @@ def run(
 
     head, pool = _heads(plan)
     items: dict[str, StoredItem] = {}
-    _fetch(backend, items, {d for per in lists.values() for sc in per.values() for d, _ in sc[:head]},
-           now)
+    heads = {d for per in lists.values() for sc in per.values() for d, _ in sc[:head]}
+    _fetch(backend, items, heads | _pool_ahead(lists, pool), now)
 
-    vectors = backend.vectors_for(sorted(items)) if plan.dedup_cosine is not None else {}
+    vectors = (backend.vectors_for(sorted(heads.intersection(items)))
+               if plan.dedup_cosine is not None else {})
     token_sets: dict[str, frozenset[str]] = {}  # each text tokenized once per search (dedup)
     fused_groups = [_fuse_group(plan, lists[g], items, vectors, token_sets) for g in groups]
 
@@ -192,7 +195,7 @@ def run(
         cand = candidates[doc] = owner.candidate(doc)
         if merged_scores:
             cand.fused, cand.merged = merged_scores[doc], True
-    _fetch(backend, items, set(order), now)
+    _fetch(backend, items, set(order), now)  # nothing left to read unless lists were fused
     order = [doc for doc in order if doc in items]  # gone since retrieval: deleted meanwhile
     # Each list was collapsed apart; copies that survived in different lists (or corpora)
     # meet here.
@@ -215,6 +218,14 @@ def run(
             for doc in ranked[plan.offset : plan.offset + plan.limit]]
     return SearchResult(hits=page, answered_by=answered, mode=plan.mode, query=plan.query,
                         notes=result_notes)
+
+
+def _pool_ahead(lists: dict[tuple[str, ...], dict[str, ScoredIds]], pool: int) -> set[str]:
+    """The ids the pool will hold when one list alone answers: its first `pool` (fusing one
+    list keeps its order but for ties), read with the heads in one query. Fused lists can
+    place anything in the pool; what a pool lacks is read once it is known."""
+    answered = [sc for per in lists.values() for sc in per.values() if sc]
+    return {d for d, _ in answered[0][:pool]} if len(answered) == 1 else set()
 
 
 def _fetch(backend: Backend, items: dict[str, StoredItem], ids: set[str], now: float) -> None:
@@ -240,7 +251,7 @@ def _fuse_group(
     """Collapse each list's head and fuse the lists."""
     names, scored_lists, weights = [], [], []
     alternates: dict[str, list[str]] = {}
-    head, _ = _heads(plan)
+    head, pool = _heads(plan)
     for name, scored in per.items():
         # Collapse duplicates in the head (read from the store); the tail only informs fusion.
         top = [d for d, _ in scored[:head] if d in items]
@@ -259,7 +270,7 @@ def _fuse_group(
         return _Group([], {}, 0.0, lists, alternates)
     fused, best = fusion_lib.fuse_with_best(
         plan.fusion, [scored_lists[i] for i in present], weights=[weights[i] for i in present],
-        k=plan.rrf_k)
+        k=plan.rrf_k, top=pool)
     return _Group([doc for doc, _ in fused], dict(fused), best, lists, alternates)
 
 
@@ -309,7 +320,7 @@ def _hit(
         score=boosted(cand.relevance, factors), relevance=cand.relevance,
         fusion_score=cand.fused, boosts=factors,
         source_label=_label(item, labels), source_url=item.source_url,
-        metadata=item.metadata, created_at=item.created_at, retrievers=cand.retrievers,
+        metadata=item.metadata, created_at=item.created_at, retrievers=cand.owner.retrievers(doc),
         alternate_sources=[{"id": a, "source": _label(items[a], labels)}
                            for a in cand.alternates if a in items],
     )

@@ -75,8 +75,10 @@ def write_values(item: Item, content_hash: str, *, with_vector: bool) -> tuple[A
 def row_to_item(row: Sequence[Any]) -> StoredItem:
     """An ITEM_COLUMNS row as an item; metadata arrives as JSON text or already decoded."""
     metadata = row[9]
-    if metadata is None or isinstance(metadata, str | bytes):
-        metadata = json.loads(metadata or "{}")
+    if not metadata or metadata == "{}":  # most items: nothing to parse
+        metadata = {}
+    elif isinstance(metadata, str | bytes):
+        metadata = json.loads(metadata)
     return StoredItem(
         id=row[0], corpus=row[1], title=row[2], text=row[3], kind=row[4], scope=row[5],
         repo=row[6], namespace=row[7], source_url=row[8], metadata=metadata,

@@ -17,6 +17,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -271,7 +272,9 @@ class TextIndex:
         rowids_found = searcher.fast_field_values("rowid", [addr for _, addr in result.hits])
         pairs = [(int(r), float(s)) for (s, _), r in zip(result.hits, rowids_found, strict=True)
                  if r is not None]
-        pairs.sort(key=lambda p: (-p[1], p[0]))
+        # Best first, ties by rowid: two stable sorts on C keys (a tuple key per hit cost more).
+        pairs.sort(key=itemgetter(0))
+        pairs.sort(key=itemgetter(1), reverse=True)
         return pairs
 
     def doc_count(self) -> int:

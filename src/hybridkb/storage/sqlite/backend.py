@@ -461,8 +461,7 @@ class SQLiteBackend:
         """Index rowids as item ids, mostly from memory (reads.IdMap); a rowid whose item
         is gone is dropped."""
         with self._lock:
-            ids = self._id_map.ids([r for r, _ in top], self._changes.log_bounds(), self._read)
-            return [(ids[r], s) for r, s in top if r in ids]
+            return self._id_map.scored(top, self._changes.log_bounds(), self._read)
 
     def substring_search(self, words: Sequence[str], area: SearchArea, limit: int) -> ScoredIds:
         if not words or limit <= 0:

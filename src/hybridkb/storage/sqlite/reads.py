@@ -14,8 +14,8 @@ log shows deleted are dropped. All of this is called under the backend's lock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 from .tables import chunks, marks
 
@@ -50,8 +50,21 @@ class IdMap:
         self._ids: dict[int, str] = {}
         self._seq: int | None = None  # the log sequence the pairs are known good through
 
-    def ids(self, rowids: Iterable[int], bounds: tuple[int, int], read: Read) -> dict[int, str]:
-        """The ids of the rowids that name an item (a deleted rowid is absent)."""
+    def scored(self, top: Sequence[tuple[int, float]], bounds: tuple[int, int],
+               read: Read) -> list[tuple[str, float]]:
+        """`top`'s (rowid, score) pairs as (id, score), in order; a rowid naming no item is
+        dropped. One lookup per pair when the map holds them all (the usual search)."""
+        self._sync(bounds, read)
+        rowids = [r for r, _ in top]
+        found = list(map(self._ids.get, rowids))
+        if None in found:
+            self._fill(rowids, read)
+            found = list(map(self._ids.get, rowids))
+            return [(i, s) for i, (_, s) in zip(found, top, strict=True) if i is not None]
+        return list(zip(cast("list[str]", found), [s for _, s in top], strict=True))
+
+    def _sync(self, bounds: tuple[int, int], read: Read) -> None:
+        """Drop the pairs of rowids deleted since the map was last in step with the log."""
         oldest, head = bounds
         if self._seq != head:
             if self._seq is None or self._seq < oldest - 1 or head - self._seq > _REPLAY_MAX:
@@ -61,11 +74,17 @@ class IdMap:
                                      (self._seq,)):
                     self._ids.pop(int(rowid), None)
             self._seq = head
-        missing = [r for r in dict.fromkeys(rowids) if r not in self._ids]
-        if missing:
-            if len(self._ids) + len(missing) > _PAIRS_MAX:
-                self._ids.clear()
-            for chunk in chunks(missing):
-                self._ids.update(read(f"SELECT rowid, id FROM items WHERE rowid IN ({marks(len(chunk))})",
-                                      chunk))
-        return self._ids
+
+    def _fill(self, rowids: list[int], read: Read) -> None:
+        """Read the pairs of `rowids` the map lacks. Starting over (the map full) reads every
+        one of them: those it held would otherwise look deleted."""
+        wanted = list(dict.fromkeys(rowids))
+        missing = [r for r in wanted if r not in self._ids]
+        if not missing:
+            return
+        if len(self._ids) + len(missing) > _PAIRS_MAX:
+            self._ids.clear()
+            missing = wanted
+        for chunk in chunks(missing):
+            self._ids.update(read(f"SELECT rowid, id FROM items WHERE rowid IN ({marks(len(chunk))})",
+                                  chunk))

@@ -1,0 +1,66 @@
+"""What one search asks of the store around the engines (issue #15): a search that one
+list answers reads its items in one query; a fused search reads the lists' heads, then
+what the pool still lacks. Real SQLite files; the statements are counted by SQLite's
+trace callback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+import hybridkb
+from hybridkb import HashingEmbedder, KnowledgeBase
+
+
+@pytest.fixture
+def kb(tmp_path: Path) -> Iterator[KnowledgeBase]:
+    store = hybridkb.open(str(tmp_path / "kb.db"), embedder=HashingEmbedder(32))
+    # 80 distinct items that all match: deeper than the heads (20) and the pool (50)
+    store.add_many([{"id": f"n{i:02d}", "text": f"kestrel note {i} " + "word " * (i % 7) + f"w{i}"}
+                    for i in range(80)])
+    yield store
+    store.close()
+
+
+@contextmanager
+def item_reads(kb: KnowledgeBase) -> Iterator[list[str]]:
+    seen: list[str] = []
+    conn = kb.backend._conn  # type: ignore[attr-defined]
+    conn.set_trace_callback(seen.append)
+    try:
+        yield seen
+    finally:
+        conn.set_trace_callback(None)
+
+
+def reads_of_items(statements: list[str]) -> list[str]:
+    return [s for s in statements if "FROM items WHERE id IN" in s]
+
+
+@pytest.mark.parametrize("mode", ["fts", "vector"])
+def test_one_list_reads_its_items_once(kb: KnowledgeBase, mode: str) -> None:
+    kb.search("kestrel note", mode=mode)  # indexes caught up, ids mapped
+    with item_reads(kb) as statements:
+        result = kb.search("kestrel note", mode=mode)
+    assert len(result.hits) == 10
+    assert len(reads_of_items(statements)) == 1
+
+
+def test_a_fused_search_reads_what_the_pool_lacks(kb: KnowledgeBase) -> None:
+    kb.search("kestrel note")
+    with item_reads(kb) as statements:
+        result = kb.search("kestrel note")
+    assert result.answered_by == "hybrid" and len(result.hits) == 10
+    assert 1 <= len(reads_of_items(statements)) <= 2
+
+
+def test_a_page_past_the_pool_is_the_same_either_way(kb: KnowledgeBase) -> None:
+    # The fused head is cut at the pool; asking for more moves the cut with it.
+    for mode in ("fts", "vector", "hybrid"):
+        whole = kb.search("kestrel note", mode=mode, limit=80).ids
+        assert len(whole) == 80
+        assert kb.search("kestrel note", mode=mode, limit=10, offset=40).ids == whole[40:50]
+        assert kb.search("kestrel note", mode=mode, limit=10).ids == whole[:10]
