@@ -115,8 +115,9 @@ def search(columns: Words, center: npt.NDArray[np.float32], matrix: Any, query: 
     exact scores on `matrix`."""
     dist = distances(columns, encode(query, center))
     if mask is not None:
-        dist[~mask] = FAR
-        rescore = min(rescore, int(mask.sum()))
+        # arithmetic, not `dist[~mask] = FAR`: boolean-index assignment took 8 ms at 1M rows
+        dist |= (~mask).astype(np.uint16) * FAR
+        rescore = min(rescore, int(np.count_nonzero(mask)))
     picks = closest(dist, rescore)
     scores = np.asarray(matrix[picks], dtype=np.float32) @ np.asarray(query, dtype=np.float32)
     return picks, scores
