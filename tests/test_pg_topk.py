@@ -67,8 +67,15 @@ def _same(fast: KnowledgeBase, exact: KnowledgeBase, area: SearchArea, queries: 
     return nonempty
 
 
+@pytest.mark.parametrize("full_read", [True, False], ids=["one-round", "rounds"])
 def test_topk_equals_scoring_every_match(stores: tuple[KnowledgeBase, KnowledgeBase],
-                                         pg_url: str) -> None:
+                                         pg_url: str, full_read: bool,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from hybridkb.storage.postgres import fulltext
+
+    if not full_read:  # bounded rounds, as queries whose terms hold many postings take
+        monkeypatch.setattr(fulltext, "FULL_READ", 0)
+        monkeypatch.setattr(fulltext, "FIRST_BUDGET", 200)
     fast, exact = stores
     fast.add_many(_items(1, 1500), batch_size=500)
     fast.add_many(_items(2, 300, corpus="d"), batch_size=100)
@@ -121,6 +128,7 @@ def test_topk_is_the_path_taken_and_reads_less(stores: tuple[KnowledgeBase, Know
 
     monkeypatch.setattr(fulltext._Run, "_read", counting)
     monkeypatch.setattr(fulltext, "FIRST_BUDGET", 50)  # rounds of at least 8 * limit postings
+    monkeypatch.setattr(fulltext, "FULL_READ", 0)  # else a query this small reads all at once
     query = parse("w0 w1 w8 w30 w250")
     hits = fast.backend.text_search(query, area, 10)
     expected = exact.backend.text_search(query, area, 10)
@@ -132,6 +140,18 @@ def test_topk_is_the_path_taken_and_reads_less(stores: tuple[KnowledgeBase, Know
         ).fetchone()[0]
     assert len(hits) == 10 and reads
     assert sum(reads) < postings / 2  # stopped well before reading every posting
+
+    # Under FULL_READ postings, one statement reads them all and the answer is the same.
+    monkeypatch.setattr(fulltext, "FULL_READ", postings)
+    reads.clear()
+    again = fast.backend.text_search(query, area, 10)
+    assert [h[0] for h in again] == [h[0] for h in hits]
+    assert [h[1] for h in again] == pytest.approx([h[1] for h in hits], rel=1e-12)
+    assert reads == [postings]
+    monkeypatch.setattr(fulltext, "FULL_READ", postings - 1)
+    reads.clear()
+    assert [h[0] for h in fast.backend.text_search(query, area, 10)] == [h[0] for h in hits]
+    assert len(reads) > 1 and sum(reads) < postings
 
 
 def test_writes_keep_the_index_current(stores: tuple[KnowledgeBase, KnowledgeBase],
