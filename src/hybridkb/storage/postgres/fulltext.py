@@ -221,7 +221,7 @@ class _Run:
             read += self._read(topk.next_reads(self.plans, budget))
             budget *= 4
             unread = np.array([p.unread_bound for p in self.plans])
-            docs, lower, upper, known = self.seen.bounds(unread, self.exact)
+            docs, lower, upper, known, held = self.seen.bounds(unread, self.exact)
             passing, possible = self._passing(docs, lower)
             theta = topk.threshold(lower, passing, self.limit)
             if float(unread.sum()) < theta or not unread.any():
@@ -229,7 +229,7 @@ class _Run:
                 unsure = int((cands & ~known).sum())
                 # Reading on is cheaper than scoring many documents one by one.
                 if unsure <= MAX_UNSURE or not unread.any() or read > READ_CAP:
-                    return self._finish(docs[cands], lower[cands], known[cands])
+                    return self._finish(docs[cands], lower[cands], known[cands], held[cands])
 
     def _read(self, reads: list[tuple[topk.TermPlan, int]]) -> int:
         if not reads:
@@ -285,29 +285,35 @@ class _Run:
             for r in todo:  # gone (cannot happen within one snapshot; never return it)
                 self.checked.setdefault(r, ("", False))
 
-    def _finish(self, docs: topk.Ints, lower: topk.Floats, known: Any) -> ScoredIds:
+    def _finish(self, docs: topk.Ints, lower: topk.Floats, known: Any, held: Any) -> ScoredIds:
         """Exact scores of the candidates; the best `limit`, ties by id."""
         scores = dict(zip((int(r) for r in docs), (float(x) for x in lower), strict=True))
         unsure = [int(r) for r in docs[~known]]
         if unsure:
-            found = self._score(unsure)
-            for r in unsure:  # seen only through phrase terms, and holding none of them
-                if r not in found:
+            # Every single-lexeme term read to the end: their weights are known, and only
+            # the phrases need scoring (from the tsvectors, the costly part); else all terms.
+            partial = all(p.read == len(p.buckets) for p in self.plans if p.exact)
+            found = self._score(unsure, phrases_only=partial)
+            held_by = dict(zip((int(r) for r in docs[~known]), held[~known], strict=True))
+            for r in unsure:
+                if r in found:
+                    scores[r] = scores[r] + found[r] if partial else found[r]
+                elif not (partial and held_by[r]):  # held none of the query's terms
                     del scores[r]
-            scores.update(found)
         self._check(list(scores))
         ranked = sorted(((self.checked[r][0], s) for r, s in scores.items()
                          if self.checked[r][1]), key=lambda hit: (-hit[1], hit[0]))
         return ranked[: self.limit]
 
-    def _score(self, rowids: list[int]) -> dict[int, float]:
-        """Exact BM25 of those of these documents that hold some term."""
+    def _score(self, rowids: list[int], *, phrases_only: bool = False) -> dict[int, float]:
+        """Exact BM25 of those of these documents that hold some term (or some phrase term:
+        their phrases' part of it)."""
         n = q._term_frequency("{1,1,1,1}")
         n_title = q._term_frequency("{0,0,0,1}")
         statement = sql.SQL(_SCORE).format(n=n, n_title=n_title)
-        slots = list(range(len(self.plans)))
+        slots = [i for i, p in enumerate(self.plans) if not (phrases_only and p.exact)]
         rows = self.conn.execute(statement, [
-            [self.terms[p.ord - 1] for p in self.plans], slots, rowids]).fetchall()
+            [self.terms[self.plans[i].ord - 1] for i in slots], slots, rowids]).fetchall()
         scores: dict[int, float] = {}
         for rowid, dl, slot, count, title in rows:
             tf = self.weights[0] * float(title) + self.weights[1] * (float(count) - float(title))

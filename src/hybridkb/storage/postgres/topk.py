@@ -117,12 +117,13 @@ class Seen:
         self.bound.append(zero if exact else weight)
 
     def bounds(self, unread: Floats, exact: npt.NDArray[np.bool_],
-               ) -> tuple[Ints, Floats, Floats, npt.NDArray[np.bool_]]:
-        """(rowids, lower bounds, upper bounds, whether the lower bound is the exact score)
-        of every document seen; `exact[slot]` says which terms are single lexemes."""
+               ) -> tuple[Ints, Floats, Floats, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+        """(rowids, lower bounds, upper bounds, whether the lower bound is the exact score,
+        whether it was seen in a single-lexeme term) of every document seen; `exact[slot]`
+        says which terms are single lexemes."""
         if not self.rowids:
-            empty = np.zeros(0)
-            return np.zeros(0, dtype=np.int64), empty, empty, np.zeros(0, dtype=bool)
+            empty, no = np.zeros(0), np.zeros(0, dtype=bool)
+            return np.zeros(0, dtype=np.int64), empty, empty, no, no
         rowids = np.concatenate(self.rowids)
         docs, at = np.unique(rowids, return_inverse=True)
         lower = np.bincount(at, weights=np.concatenate(self.exact), minlength=len(docs))
@@ -133,7 +134,7 @@ class Seen:
         # Exact: seen in every term that has postings left to read, and in no phrase term
         # (whose weight read is only a bound).
         known = (seen | (unread == 0)).all(axis=1) & ~(seen & ~exact).any(axis=1)
-        return docs, lower.astype(np.float64), upper, known
+        return docs, lower.astype(np.float64), upper, known, (seen & exact).any(axis=1)
 
 
 def threshold(lower: Floats, passing: npt.NDArray[np.bool_], k: int) -> float:
