@@ -300,6 +300,10 @@ class _Run:
                     scores[r] = scores[r] + found[r] if partial else found[r]
                 elif not (partial and held_by[r]):  # held none of the query's terms
                     del scores[r]
+        if self.excluded is not None and len(scores) > self.limit:
+            # All pass: only the best `limit` (and ties at the cut, broken by id) need ids.
+            cut = sorted(scores.values(), reverse=True)[self.limit - 1]
+            scores = {r: s for r, s in scores.items() if s >= cut}
         self._check(list(scores))
         ranked = sorted(((self.checked[r][0], s) for r, s in scores.items()
                          if self.checked[r][1]), key=lambda hit: (-hit[1], hit[0]))

@@ -126,15 +126,23 @@ class Seen:
             return np.zeros(0, dtype=np.int64), empty, empty, no, no
         rowids = np.concatenate(self.rowids)
         docs, at = np.unique(rowids, return_inverse=True)
+        slots = np.concatenate(self.slots)
         lower = np.bincount(at, weights=np.concatenate(self.exact), minlength=len(docs))
         phrase = np.bincount(at, weights=np.concatenate(self.bound), minlength=len(docs))
-        seen = np.zeros((len(docs), self.n_terms), dtype=bool)
-        seen[at, np.concatenate(self.slots)] = True
-        upper: Floats = (lower + phrase + (~seen).astype(np.float64) @ unread) * (1 + _SLACK)
+
+        def per_doc(per_slot: Floats) -> Floats:  # summed over the terms each doc was seen in
+            return np.bincount(at, weights=per_slot[slots], minlength=len(docs))
+
+        # A document has one posting per term at most (one per lexeme), so sums over the
+        # postings read count the terms it was seen in (no docs x terms matrix).
+        unseen = np.maximum(float(unread.sum()) - per_doc(unread), 0.0)
+        upper: Floats = (lower + phrase + unseen) * (1 + _SLACK)
         # Exact: seen in every term that has postings left to read, and in no phrase term
         # (whose weight read is only a bound).
-        known = (seen | (unread == 0)).all(axis=1) & ~(seen & ~exact).any(axis=1)
-        return docs, lower.astype(np.float64), upper, known, (seen & exact).any(axis=1)
+        left = (unread > 0).astype(np.float64)
+        known = (per_doc(left) == left.sum()) & (per_doc((~exact).astype(np.float64)) == 0)
+        held = per_doc(exact.astype(np.float64)) > 0
+        return docs, lower.astype(np.float64), upper, known, held
 
 
 def threshold(lower: Floats, passing: npt.NDArray[np.bool_], k: int) -> float:
