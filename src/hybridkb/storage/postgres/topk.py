@@ -131,12 +131,14 @@ class Seen:
         phrase = np.bincount(at, weights=np.concatenate(self.bound), minlength=len(docs))
 
         def per_doc(per_slot: Floats) -> Floats:  # summed over the terms each doc was seen in
-            return np.bincount(at, weights=per_slot[slots], minlength=len(docs))
+            summed: Floats = np.bincount(at, weights=per_slot[slots], minlength=len(docs)).astype(
+                np.float64, copy=False)
+            return summed
 
         # A document has one posting per term at most (one per lexeme), so sums over the
         # postings read count the terms it was seen in (no docs x terms matrix).
         unseen = np.maximum(float(unread.sum()) - per_doc(unread), 0.0)
-        upper: Floats = (lower + phrase + unseen) * (1 + _SLACK)
+        upper: Floats = ((lower + phrase + unseen) * (1 + _SLACK)).astype(np.float64, copy=False)
         # Exact: seen in every term that has postings left to read, and in no phrase term
         # (whose weight read is only a bound).
         left = (unread > 0).astype(np.float64)
