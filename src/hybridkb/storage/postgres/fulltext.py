@@ -1,9 +1,10 @@
-"""Top-k BM25 on PostgreSQL through the impact-ordered index (migration 002, topk.py).
+"""Top-k BM25 on PostgreSQL through the impact-ordered index (migrations 003-004, topk.py).
 
 A query costs a handful of round trips: one for the terms, their buckets and the corpus
-statistics; one per round of bucket reads (the first round usually suffices); one to
-check the filters of the documents near the top; one to score the last candidates
-exactly. Scores equal sql.text_search's (same statistics: N, average length and df of
+statistics; one per round of bucket reads (one round reads every posting when the terms
+hold at most FULL_READ: at a search's depth of 300 the bounds would not stop the reading
+earlier); one to check the filters of the documents near the top; one to score the last
+candidates exactly (their phrases, when every one-word term has been read to the end). Scores equal sql.text_search's (same statistics: N, average length and df of
 the corpora searched), so the two paths are interchangeable; sql.py's one statement
 remains the path for filters that keep few rows (the index would read many postings of
 documents the filter then drops) and for queries made only of phrases.
@@ -113,8 +114,8 @@ def maybe_compact(conn: Connection[Any]) -> None:
 
 
 def compact(conn: Connection[Any]) -> None:
-    """Merge the blocks of every (lexeme, corpus, bucket) (migration 002), in the caller's
-    transaction; concurrent merges take turns."""
+    """Merge the blocks of every (lexeme, corpus, bucket) (hybridkb_bm25_compact, migration
+    004), in the caller's transaction; concurrent merges take turns."""
     conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [_LOCK_COMPACT])
     row = conn.execute(q.COMPACT_STATE, [META_COMPACTED]).fetchone()
     conn.execute("SELECT hybridkb_bm25_compact()")

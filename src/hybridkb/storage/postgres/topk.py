@@ -1,6 +1,6 @@
 """Exact top-k BM25 over an impact-ordered index: the bounds and the stopping rule (pure).
 
-The index (migration 002) files each posting under a bucket that is a function of its
+The index (migration 003) files each posting under a bucket that is a function of its
 title count, text count and document length class, so every bucket has a best possible
 BM25 weight under the statistics of the moment (highest counts, shortest length of its
 class). A query reads the buckets of its terms best first, a few at a time (no random
@@ -27,7 +27,7 @@ K1 = 1.2
 B = 0.75
 _SLACK = 1e-9  # bounds are compared with this much room for float rounding
 
-# Bucket classes (hybridkb_bucket in migration 002): the largest count in each class.
+# Bucket classes (hybridkb_postings in migration 003): the largest count in each class.
 _NT_HI = np.array([0, 1, 2, 3, 7, 256], dtype=np.float64)
 _NB_HI = np.array([0, 1, 2, 3, 4, 5, 6, 7, 11, 15, 23, 31, 63, 127, 256], dtype=np.float64)
 
