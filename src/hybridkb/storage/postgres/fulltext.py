@@ -4,8 +4,9 @@ A query costs a handful of round trips: one for the terms, their buckets and the
 statistics; one per round of bucket reads (one round reads every posting when the terms
 hold at most FULL_READ: at a search's depth of 300 the bounds would not stop the reading
 earlier); one to check the filters of the documents near the top; one to score the last
-candidates exactly (their phrases, when every one-word term has been read to the end). Scores equal sql.text_search's (same statistics: N, average length and df of
-the corpora searched), so the two paths are interchangeable; sql.py's one statement
+candidates exactly (their phrases, when every one-word term has been read to the end).
+Scores equal sql.text_search's (same statistics: N, average length and df of the corpora
+searched), so the two paths are interchangeable; sql.py's one statement
 remains the path for filters that keep few rows (the index would read many postings of
 documents the filter then drops) and for queries made only of phrases.
 """
