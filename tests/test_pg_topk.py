@@ -119,14 +119,14 @@ def test_topk_is_the_path_taken_and_reads_less(stores: tuple[KnowledgeBase, Know
 
     area = SearchArea(corpora=("c",), filters=Filters(), now=time.time())
     reads: list[int] = []
-    original = fulltext._Run._read
+    original = fulltext._Run._weigh
 
-    def counting(self: fulltext._Run, wanted: list[tuple[topk.TermPlan, int]]) -> int:
-        got = original(self, wanted)
+    def counting(self: fulltext._Run, rows: list[object]) -> int:
+        got = original(self, rows)  # the postings of one statement's blocks
         reads.append(got)
         return got
 
-    monkeypatch.setattr(fulltext._Run, "_read", counting)
+    monkeypatch.setattr(fulltext._Run, "_weigh", counting)
     monkeypatch.setattr(fulltext, "FIRST_BUDGET", 50)  # rounds of at least 8 * limit postings
     monkeypatch.setattr(fulltext, "FULL_READ", 0)  # else a query this small reads all at once
     query = parse("w0 w1 w8 w30 w250")

@@ -69,6 +69,14 @@ FROM unnest(%s::text[], %s::int[], %s::int[]) AS r (lexeme, bucket, slot)
 JOIN bm25_blocks b ON b.lexeme = r.lexeme AND b.bucket = r.bucket
 WHERE {in_corpora} AND b.rowids IS NOT NULL
 """
+# Every block of the terms' lexemes: a read of every posting names a lexeme per term, not
+# each of its buckets (hundreds of parameters to send, as many index probes).
+_READ_ALL = """
+SELECT r.slot, array_send(b.rowids), array_send(b.nt), array_send(b.nb), array_send(b.dl)
+FROM unnest(%s::text[], %s::int[]) AS r (lexeme, slot)
+JOIN bm25_blocks b ON b.lexeme = r.lexeme
+WHERE {in_corpora} AND b.rowids IS NOT NULL
+"""
 # Items that no search may return (expired, stale), found through partial indexes.
 _EXCLUDED = """
 SELECT array_send(coalesce(array_agg(i.rowid), '{{}}'::bigint[])) FROM items i
@@ -196,6 +204,7 @@ class _Run:
         ok, self.ok_params = q.filter_sql(area, corpus=False)
         self.check_sql = sql.SQL(_CHECK).format(ok=sql.SQL("({})").format(ok))
         self.read_sql, self.read_params = _fmt(_READ, area, "b")
+        self.read_all_sql, _ = _fmt(_READ_ALL, area, "b")
         self.excluded: Any = None  # rowids no search may return, when that set is known
         if not area.filters.needs_row_filter:
             self.excluded = self._excluded()
@@ -217,10 +226,11 @@ class _Run:
 
     def run(self) -> ScoredIds:
         total = sum(int(p.counts.sum()) for p in self.plans)
-        budget = total if total <= FULL_READ else max(FIRST_BUDGET, 8 * self.limit)
+        budget = max(FIRST_BUDGET, 8 * self.limit)
         read = 0
         while True:
-            read += self._read(topk.next_reads(self.plans, budget))
+            read += self._read_all() if total <= FULL_READ else self._read(
+                topk.next_reads(self.plans, budget))
             budget *= 4
             unread = np.array([p.unread_bound for p in self.plans])
             docs, lower, upper, known, held = self.seen.bounds(unread, self.exact)
@@ -233,14 +243,24 @@ class _Run:
                 if unsure <= MAX_UNSURE or not unread.any() or read > READ_CAP:
                     return self._finish(docs[cands], lower[cands], known[cands], held[cands])
 
+    def _read_all(self) -> int:
+        for p in self.plans:
+            p.read = len(p.buckets)
+        return self._weigh(self.conn.cursor(binary=True).execute(self.read_all_sql, [
+            [p.lexeme for p in self.plans], list(range(len(self.plans))),
+            *self.read_params]).fetchall())
+
     def _read(self, reads: list[tuple[topk.TermPlan, int]]) -> int:
         if not reads:
             return 0
         slot_of = {id(p): i for i, p in enumerate(self.plans)}
         # Binary results: bytea in text form is hex, twice the bytes to send and decode.
-        rows = self.conn.cursor(binary=True).execute(self.read_sql, [
+        return self._weigh(self.conn.cursor(binary=True).execute(self.read_sql, [
             [p.lexeme for p, _ in reads], [b for _, b in reads],
-            [slot_of[id(p)] for p, _ in reads], *self.read_params]).fetchall()
+            [slot_of[id(p)] for p, _ in reads], *self.read_params]).fetchall())
+
+    def _weigh(self, rows: list[Any]) -> int:
+        """Weigh the postings of the blocks read ((slot, arrays...) rows); how many."""
         blocks: dict[int, list[tuple[bytes, ...]]] = {}
         for slot, *arrays in rows:  # the elements of each array, headers dropped
             blocks.setdefault(slot, []).append(tuple(a[_HEADER:] for a in arrays))
