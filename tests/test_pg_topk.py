@@ -196,3 +196,33 @@ def test_bucket_bounds_hold_for_any_statistics() -> None:
             tf = weights[0] * nt + weights[1] * nb
             actual = topk.saturation(tf.astype(float), dl.astype(float), avgdl)
             assert (topk.bucket_bounds(bucket, weights, avgdl) >= actual).all()
+
+
+def test_seen_bounds_match_a_per_term_reckoning() -> None:
+    """Seen.bounds sums per posting; reckoned here term by term for each document."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        n_terms = int(rng.integers(1, 7))
+        exact = rng.random(n_terms) < 0.7
+        unread = np.where(rng.random(n_terms) < 0.5, 0.0, rng.random(n_terms) * 3)
+        seen = topk.Seen(n_terms)
+        weights: dict[tuple[int, int], float] = {}
+        for slot in range(n_terms):
+            docs = rng.choice(60, int(rng.integers(0, 40)), replace=False).astype(np.int64)
+            w = rng.random(len(docs)) * 5
+            seen.add(slot, docs, w, bool(exact[slot]))
+            weights.update({(int(d), slot): float(x) for d, x in zip(docs, w, strict=True)})
+        docs, lower, upper, known, held = seen.bounds(unread, exact)
+        assert sorted({d for d, _ in weights}) == docs.tolist()
+        for i, d in enumerate(docs.tolist()):
+            slots = {s for (doc, s) in weights if doc == d}
+            assert lower[i] == pytest.approx(sum(weights[d, s] for s in slots if exact[s]))
+            want_upper = sum(weights[d, s] for s in slots) + sum(
+                unread[s] for s in range(n_terms) if s not in slots)
+            assert upper[i] == pytest.approx(want_upper * (1 + 1e-9), rel=1e-12)
+            assert upper[i] >= want_upper
+            assert known[i] == (all(s in slots or unread[s] == 0 for s in range(n_terms))
+                                and all(exact[s] for s in slots))
+            assert held[i] == any(exact[s] for s in slots)
