@@ -67,8 +67,15 @@ def _same(fast: KnowledgeBase, exact: KnowledgeBase, area: SearchArea, queries: 
     return nonempty
 
 
+@pytest.mark.parametrize("full_read", [True, False], ids=["one-round", "rounds"])
 def test_topk_equals_scoring_every_match(stores: tuple[KnowledgeBase, KnowledgeBase],
-                                         pg_url: str) -> None:
+                                         pg_url: str, full_read: bool,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from hybridkb.storage.postgres import fulltext
+
+    if not full_read:  # bounded rounds, as queries whose terms hold many postings take
+        monkeypatch.setattr(fulltext, "FULL_READ", 0)
+        monkeypatch.setattr(fulltext, "FIRST_BUDGET", 200)
     fast, exact = stores
     fast.add_many(_items(1, 1500), batch_size=500)
     fast.add_many(_items(2, 300, corpus="d"), batch_size=100)
@@ -112,15 +119,16 @@ def test_topk_is_the_path_taken_and_reads_less(stores: tuple[KnowledgeBase, Know
 
     area = SearchArea(corpora=("c",), filters=Filters(), now=time.time())
     reads: list[int] = []
-    original = fulltext._Run._read
+    original = fulltext._Run._weigh
 
-    def counting(self: fulltext._Run, wanted: list[tuple[topk.TermPlan, int]]) -> int:
-        got = original(self, wanted)
+    def counting(self: fulltext._Run, rows: list[object]) -> int:
+        got = original(self, rows)  # the postings of one statement's blocks
         reads.append(got)
         return got
 
-    monkeypatch.setattr(fulltext._Run, "_read", counting)
+    monkeypatch.setattr(fulltext._Run, "_weigh", counting)
     monkeypatch.setattr(fulltext, "FIRST_BUDGET", 50)  # rounds of at least 8 * limit postings
+    monkeypatch.setattr(fulltext, "FULL_READ", 0)  # else a query this small reads all at once
     query = parse("w0 w1 w8 w30 w250")
     hits = fast.backend.text_search(query, area, 10)
     expected = exact.backend.text_search(query, area, 10)
@@ -132,6 +140,18 @@ def test_topk_is_the_path_taken_and_reads_less(stores: tuple[KnowledgeBase, Know
         ).fetchone()[0]
     assert len(hits) == 10 and reads
     assert sum(reads) < postings / 2  # stopped well before reading every posting
+
+    # Under FULL_READ postings, one statement reads them all and the answer is the same.
+    monkeypatch.setattr(fulltext, "FULL_READ", postings)
+    reads.clear()
+    again = fast.backend.text_search(query, area, 10)
+    assert [h[0] for h in again] == [h[0] for h in hits]
+    assert [h[1] for h in again] == pytest.approx([h[1] for h in hits], rel=1e-12)
+    assert reads == [postings]
+    monkeypatch.setattr(fulltext, "FULL_READ", postings - 1)
+    reads.clear()
+    assert [h[0] for h in fast.backend.text_search(query, area, 10)] == [h[0] for h in hits]
+    assert len(reads) > 1 and sum(reads) < postings
 
 
 def test_writes_keep_the_index_current(stores: tuple[KnowledgeBase, KnowledgeBase],
@@ -176,3 +196,33 @@ def test_bucket_bounds_hold_for_any_statistics() -> None:
             tf = weights[0] * nt + weights[1] * nb
             actual = topk.saturation(tf.astype(float), dl.astype(float), avgdl)
             assert (topk.bucket_bounds(bucket, weights, avgdl) >= actual).all()
+
+
+def test_seen_bounds_match_a_per_term_reckoning() -> None:
+    """Seen.bounds sums per posting; reckoned here term by term for each document."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        n_terms = int(rng.integers(1, 7))
+        exact = rng.random(n_terms) < 0.7
+        unread = np.where(rng.random(n_terms) < 0.5, 0.0, rng.random(n_terms) * 3)
+        seen = topk.Seen(n_terms)
+        weights: dict[tuple[int, int], float] = {}
+        for slot in range(n_terms):
+            docs = rng.choice(60, int(rng.integers(0, 40)), replace=False).astype(np.int64)
+            w = rng.random(len(docs)) * 5
+            seen.add(slot, docs, w, bool(exact[slot]))
+            weights.update({(int(d), slot): float(x) for d, x in zip(docs, w, strict=True)})
+        docs, lower, upper, known, held = seen.bounds(unread, exact)
+        assert sorted({d for d, _ in weights}) == docs.tolist()
+        for i, d in enumerate(docs.tolist()):
+            slots = {s for (doc, s) in weights if doc == d}
+            assert lower[i] == pytest.approx(sum(weights[d, s] for s in slots if exact[s]))
+            want_upper = sum(weights[d, s] for s in slots) + sum(
+                unread[s] for s in range(n_terms) if s not in slots)
+            assert upper[i] == pytest.approx(want_upper * (1 + 1e-9), rel=1e-12)
+            assert upper[i] >= want_upper
+            assert known[i] == (all(s in slots or unread[s] == 0 for s in range(n_terms))
+                                and all(exact[s] for s in slots))
+            assert held[i] == any(exact[s] for s in slots)

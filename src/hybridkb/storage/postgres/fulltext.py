@@ -1,10 +1,12 @@
-"""Top-k BM25 on PostgreSQL through the impact-ordered index (migration 002, topk.py).
+"""Top-k BM25 on PostgreSQL through the impact-ordered index (migrations 003-004, topk.py).
 
 A query costs a handful of round trips: one for the terms, their buckets and the corpus
-statistics; one per round of bucket reads (the first round usually suffices); one to
-check the filters of the documents near the top; one to score the last candidates
-exactly. Scores equal sql.text_search's (same statistics: N, average length and df of
-the corpora searched), so the two paths are interchangeable; sql.py's one statement
+statistics; one per round of bucket reads (one round reads every posting when the terms
+hold at most FULL_READ: at a search's depth of 300 the bounds would not stop the reading
+earlier); one to check the filters of the documents near the top; one to score the last
+candidates exactly (their phrases, when every one-word term has been read to the end).
+Scores equal sql.text_search's (same statistics: N, average length and df of the corpora
+searched), so the two paths are interchangeable; sql.py's one statement
 remains the path for filters that keep few rows (the index would read many postings of
 documents the filter then drops) and for queries made only of phrases.
 """
@@ -29,6 +31,10 @@ META_COMPACTED = "pg_bm25_compacted_items"  # items in the store at the last mer
 _LOCK_COMPACT = "hybridkb.bm25_compact"
 BROAD_SHARE = 0.2  # a filter keeping this share of the store is broad, whatever its rows
 FIRST_BUDGET = 4000  # postings read in the first round (at least 8 per wanted result)
+# A query whose terms hold at most this many postings reads them all in one round: at the
+# depth a search asks (300), the rounds below read every posting anyway (100,000 items,
+# the benchmark's queries), one statement and one pass of the bounds at a time.
+FULL_READ = 250_000
 _CHECK_CHUNK = 4  # documents checked against the filters: this many times k at first
 MAX_UNSURE = 64  # candidates left to score one by one before the reads stop
 READ_CAP = 200_000  # postings read before the rest of the candidates are scored one by one
@@ -61,6 +67,14 @@ _READ = """
 SELECT r.slot, array_send(b.rowids), array_send(b.nt), array_send(b.nb), array_send(b.dl)
 FROM unnest(%s::text[], %s::int[], %s::int[]) AS r (lexeme, bucket, slot)
 JOIN bm25_blocks b ON b.lexeme = r.lexeme AND b.bucket = r.bucket
+WHERE {in_corpora} AND b.rowids IS NOT NULL
+"""
+# Every block of the terms' lexemes: a read of every posting names a lexeme per term, not
+# each of its buckets (hundreds of parameters to send, as many index probes).
+_READ_ALL = """
+SELECT r.slot, array_send(b.rowids), array_send(b.nt), array_send(b.nb), array_send(b.dl)
+FROM unnest(%s::text[], %s::int[]) AS r (lexeme, slot)
+JOIN bm25_blocks b ON b.lexeme = r.lexeme
 WHERE {in_corpora} AND b.rowids IS NOT NULL
 """
 # Items that no search may return (expired, stale), found through partial indexes.
@@ -109,8 +123,8 @@ def maybe_compact(conn: Connection[Any]) -> None:
 
 
 def compact(conn: Connection[Any]) -> None:
-    """Merge the blocks of every (lexeme, corpus, bucket) (migration 002), in the caller's
-    transaction; concurrent merges take turns."""
+    """Merge the blocks of every (lexeme, corpus, bucket) (hybridkb_bm25_compact, migration
+    004), in the caller's transaction; concurrent merges take turns."""
     conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [_LOCK_COMPACT])
     row = conn.execute(q.COMPACT_STATE, [META_COMPACTED]).fetchone()
     conn.execute("SELECT hybridkb_bm25_compact()")
@@ -190,6 +204,7 @@ class _Run:
         ok, self.ok_params = q.filter_sql(area, corpus=False)
         self.check_sql = sql.SQL(_CHECK).format(ok=sql.SQL("({})").format(ok))
         self.read_sql, self.read_params = _fmt(_READ, area, "b")
+        self.read_all_sql, _ = _fmt(_READ_ALL, area, "b")
         self.excluded: Any = None  # rowids no search may return, when that set is known
         if not area.filters.needs_row_filter:
             self.excluded = self._excluded()
@@ -206,17 +221,19 @@ class _Run:
             return np.zeros(0, dtype=np.int64)
         statement, corpus_params = _fmt(_EXCLUDED, self.area, "i",
                                         excluded=sql.SQL(" OR ".join(parts)))
-        row = self.conn.execute(statement, [*corpus_params, *params]).fetchone()
+        row = self.conn.cursor(binary=True).execute(statement, [*corpus_params, *params]).fetchone()
         return _array(row[0] if row else None, "i")
 
     def run(self) -> ScoredIds:
+        total = sum(int(p.counts.sum()) for p in self.plans)
         budget = max(FIRST_BUDGET, 8 * self.limit)
         read = 0
         while True:
-            read += self._read(topk.next_reads(self.plans, budget))
+            read += self._read_all() if total <= FULL_READ else self._read(
+                topk.next_reads(self.plans, budget))
             budget *= 4
             unread = np.array([p.unread_bound for p in self.plans])
-            docs, lower, upper, known = self.seen.bounds(unread, self.exact)
+            docs, lower, upper, known, held = self.seen.bounds(unread, self.exact)
             passing, possible = self._passing(docs, lower)
             theta = topk.threshold(lower, passing, self.limit)
             if float(unread.sum()) < theta or not unread.any():
@@ -224,15 +241,26 @@ class _Run:
                 unsure = int((cands & ~known).sum())
                 # Reading on is cheaper than scoring many documents one by one.
                 if unsure <= MAX_UNSURE or not unread.any() or read > READ_CAP:
-                    return self._finish(docs[cands], lower[cands], known[cands])
+                    return self._finish(docs[cands], lower[cands], known[cands], held[cands])
+
+    def _read_all(self) -> int:
+        for p in self.plans:
+            p.read = len(p.buckets)
+        return self._weigh(self.conn.cursor(binary=True).execute(self.read_all_sql, [
+            [p.lexeme for p in self.plans], list(range(len(self.plans))),
+            *self.read_params]).fetchall())
 
     def _read(self, reads: list[tuple[topk.TermPlan, int]]) -> int:
         if not reads:
             return 0
         slot_of = {id(p): i for i, p in enumerate(self.plans)}
-        rows = self.conn.execute(self.read_sql, [
+        # Binary results: bytea in text form is hex, twice the bytes to send and decode.
+        return self._weigh(self.conn.cursor(binary=True).execute(self.read_sql, [
             [p.lexeme for p, _ in reads], [b for _, b in reads],
-            [slot_of[id(p)] for p, _ in reads], *self.read_params]).fetchall()
+            [slot_of[id(p)] for p, _ in reads], *self.read_params]).fetchall())
+
+    def _weigh(self, rows: list[Any]) -> int:
+        """Weigh the postings of the blocks read ((slot, arrays...) rows); how many."""
         blocks: dict[int, list[tuple[bytes, ...]]] = {}
         for slot, *arrays in rows:  # the elements of each array, headers dropped
             blocks.setdefault(slot, []).append(tuple(a[_HEADER:] for a in arrays))
@@ -279,29 +307,39 @@ class _Run:
             for r in todo:  # gone (cannot happen within one snapshot; never return it)
                 self.checked.setdefault(r, ("", False))
 
-    def _finish(self, docs: topk.Ints, lower: topk.Floats, known: Any) -> ScoredIds:
+    def _finish(self, docs: topk.Ints, lower: topk.Floats, known: Any, held: Any) -> ScoredIds:
         """Exact scores of the candidates; the best `limit`, ties by id."""
         scores = dict(zip((int(r) for r in docs), (float(x) for x in lower), strict=True))
         unsure = [int(r) for r in docs[~known]]
         if unsure:
-            found = self._score(unsure)
-            for r in unsure:  # seen only through phrase terms, and holding none of them
-                if r not in found:
+            # Every single-lexeme term read to the end: their weights are known, and only
+            # the phrases need scoring (from the tsvectors, the costly part); else all terms.
+            partial = all(p.read == len(p.buckets) for p in self.plans if p.exact)
+            found = self._score(unsure, phrases_only=partial)
+            held_by = dict(zip((int(r) for r in docs[~known]), held[~known], strict=True))
+            for r in unsure:
+                if r in found:
+                    scores[r] = scores[r] + found[r] if partial else found[r]
+                elif not (partial and held_by[r]):  # held none of the query's terms
                     del scores[r]
-            scores.update(found)
+        if self.excluded is not None and len(scores) > self.limit:
+            # All pass: only the best `limit` (and ties at the cut, broken by id) need ids.
+            cut = sorted(scores.values(), reverse=True)[self.limit - 1]
+            scores = {r: s for r, s in scores.items() if s >= cut}
         self._check(list(scores))
         ranked = sorted(((self.checked[r][0], s) for r, s in scores.items()
                          if self.checked[r][1]), key=lambda hit: (-hit[1], hit[0]))
         return ranked[: self.limit]
 
-    def _score(self, rowids: list[int]) -> dict[int, float]:
-        """Exact BM25 of those of these documents that hold some term."""
+    def _score(self, rowids: list[int], *, phrases_only: bool = False) -> dict[int, float]:
+        """Exact BM25 of those of these documents that hold some term (or some phrase term:
+        their phrases' part of it)."""
         n = q._term_frequency("{1,1,1,1}")
         n_title = q._term_frequency("{0,0,0,1}")
         statement = sql.SQL(_SCORE).format(n=n, n_title=n_title)
-        slots = list(range(len(self.plans)))
+        slots = [i for i, p in enumerate(self.plans) if not (phrases_only and p.exact)]
         rows = self.conn.execute(statement, [
-            [self.terms[p.ord - 1] for p in self.plans], slots, rowids]).fetchall()
+            [self.terms[self.plans[i].ord - 1] for i in slots], slots, rowids]).fetchall()
         scores: dict[int, float] = {}
         for rowid, dl, slot, count, title in rows:
             tf = self.weights[0] * float(title) + self.weights[1] * (float(count) - float(title))

@@ -1,6 +1,6 @@
 """Exact top-k BM25 over an impact-ordered index: the bounds and the stopping rule (pure).
 
-The index (migration 002) files each posting under a bucket that is a function of its
+The index (migration 003) files each posting under a bucket that is a function of its
 title count, text count and document length class, so every bucket has a best possible
 BM25 weight under the statistics of the moment (highest counts, shortest length of its
 class). A query reads the buckets of its terms best first, a few at a time (no random
@@ -27,7 +27,7 @@ K1 = 1.2
 B = 0.75
 _SLACK = 1e-9  # bounds are compared with this much room for float rounding
 
-# Bucket classes (hybridkb_bucket in migration 002): the largest count in each class.
+# Bucket classes (hybridkb_postings in migration 003): the largest count in each class.
 _NT_HI = np.array([0, 1, 2, 3, 7, 256], dtype=np.float64)
 _NB_HI = np.array([0, 1, 2, 3, 4, 5, 6, 7, 11, 15, 23, 31, 63, 127, 256], dtype=np.float64)
 
@@ -117,23 +117,34 @@ class Seen:
         self.bound.append(zero if exact else weight)
 
     def bounds(self, unread: Floats, exact: npt.NDArray[np.bool_],
-               ) -> tuple[Ints, Floats, Floats, npt.NDArray[np.bool_]]:
-        """(rowids, lower bounds, upper bounds, whether the lower bound is the exact score)
-        of every document seen; `exact[slot]` says which terms are single lexemes."""
+               ) -> tuple[Ints, Floats, Floats, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+        """(rowids, lower bounds, upper bounds, whether the lower bound is the exact score,
+        whether it was seen in a single-lexeme term) of every document seen; `exact[slot]`
+        says which terms are single lexemes."""
         if not self.rowids:
-            empty = np.zeros(0)
-            return np.zeros(0, dtype=np.int64), empty, empty, np.zeros(0, dtype=bool)
+            empty, no = np.zeros(0), np.zeros(0, dtype=bool)
+            return np.zeros(0, dtype=np.int64), empty, empty, no, no
         rowids = np.concatenate(self.rowids)
         docs, at = np.unique(rowids, return_inverse=True)
+        slots = np.concatenate(self.slots)
         lower = np.bincount(at, weights=np.concatenate(self.exact), minlength=len(docs))
         phrase = np.bincount(at, weights=np.concatenate(self.bound), minlength=len(docs))
-        seen = np.zeros((len(docs), self.n_terms), dtype=bool)
-        seen[at, np.concatenate(self.slots)] = True
-        upper: Floats = (lower + phrase + (~seen).astype(np.float64) @ unread) * (1 + _SLACK)
+
+        def per_doc(per_slot: Floats) -> Floats:  # summed over the terms each doc was seen in
+            summed: Floats = np.bincount(at, weights=per_slot[slots], minlength=len(docs)).astype(
+                np.float64, copy=False)
+            return summed
+
+        # A document has one posting per term at most (one per lexeme), so sums over the
+        # postings read count the terms it was seen in (no docs x terms matrix).
+        unseen = np.maximum(float(unread.sum()) - per_doc(unread), 0.0)
+        upper: Floats = ((lower + phrase + unseen) * (1 + _SLACK)).astype(np.float64, copy=False)
         # Exact: seen in every term that has postings left to read, and in no phrase term
         # (whose weight read is only a bound).
-        known = (seen | (unread == 0)).all(axis=1) & ~(seen & ~exact).any(axis=1)
-        return docs, lower.astype(np.float64), upper, known
+        left = (unread > 0).astype(np.float64)
+        known = (per_doc(left) == left.sum()) & (per_doc((~exact).astype(np.float64)) == 0)
+        held = per_doc(exact.astype(np.float64)) > 0
+        return docs, lower.astype(np.float64), upper, known, held
 
 
 def threshold(lower: Floats, passing: npt.NDArray[np.bool_], k: int) -> float:
