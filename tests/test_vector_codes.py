@@ -39,6 +39,36 @@ def test_distances_are_hamming_distances_of_the_centered_signs() -> None:
     assert int(vector_codes.distances(columns, vector_codes.encode(m[17], center))[17]) == 0
 
 
+def test_the_two_thread_scan_equals_the_one_thread_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    m = clustered(1001, 11)
+    center = vector_codes.center_of(m, len(m))
+    columns = vector_codes.encode_columns(m, len(m), center)
+    code = vector_codes.encode(clustered(1, 12)[0], center)
+    one = vector_codes.distances(columns, code)
+    monkeypatch.setattr(vector_codes, "PARALLEL_ROWS", 100)
+    assert vector_codes.distances(columns, code).tolist() == one.tolist()
+
+
+def test_a_forked_child_scans_with_a_pool_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiprocessing
+
+    monkeypatch.setattr(vector_codes, "PARALLEL_ROWS", 100)
+    m = clustered(1000, 13)
+    center = vector_codes.center_of(m, len(m))
+    columns = vector_codes.encode_columns(m, len(m), center)
+    code = vector_codes.encode(m[3], center)
+    vector_codes.distances(columns, code)  # the parent's pool exists now
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        child = pool.apply_async(_nearest_in_child, (columns, code)).get(timeout=60)
+    assert child == 3
+
+
+def _nearest_in_child(columns: np.ndarray, code: np.ndarray) -> int:
+    vector_codes.PARALLEL_ROWS = 100  # the child is a copy of the parent, patch included
+    return int(np.argmin(vector_codes.distances(columns, code)))
+
+
 def test_closest_takes_exactly_the_smallest_with_ties_to_lower_positions() -> None:
     dist = np.array([5, 1, 3, 1, 3, 3, 0, 9], dtype=np.uint16)
     assert vector_codes.closest(dist, 1).tolist() == [6]

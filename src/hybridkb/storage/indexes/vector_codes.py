@@ -21,7 +21,10 @@ is a few whole-array XOR/popcount passes; numpy has no fast reduction over a sho
 
 from __future__ import annotations
 
+import os
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +41,7 @@ RESCORE_LADDER = (256, 512, 1024, 2048, 4096, 8192, 16384)
 CENTER_SAMPLE = 65_536  # rows whose mean centers the codes
 _BLOCK = 65_536
 FAR = np.uint16(65_535)  # distance given to rows a filter drops
+PARALLEL_ROWS = 262_144  # below, one thread: handing half to another costs more than it saves
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,12 +89,49 @@ def encode_columns(matrix: Any, n: int, center: npt.NDArray[np.float32]) -> Word
 
 
 def distances(columns: Words, query_code: Words) -> npt.NDArray[np.uint16]:
-    """Hamming distance of the query's code (one row of `encode`) to every stored code."""
+    """Hamming distance of the query's code (one row of `encode`) to every stored code.
+    Past PARALLEL_ROWS the rows are split over two threads (numpy releases the GIL):
+    1M rows 8-12 -> 5.6 ms on an idle 2-core machine."""
     code = query_code.reshape(-1)
-    out: npt.NDArray[np.uint16] = np.bitwise_count(columns[0] ^ code[0]).astype(np.uint16)
-    for j in range(1, len(columns)):
-        out += np.bitwise_count(columns[j] ^ code[j])
+    n = columns.shape[1]
+    out: npt.NDArray[np.uint16] = np.empty(n, dtype=np.uint16)
+    if n < PARALLEL_ROWS or (os.cpu_count() or 1) < 2:
+        _distances_into(columns, code, out, 0, n)
+        return out
+    half = n // 2
+    other = _executor().submit(_distances_into, columns, code, out, 0, half)
+    _distances_into(columns, code, out, half, n)
+    other.result()
     return out
+
+
+def _distances_into(columns: Words, code: Words, out: npt.NDArray[np.uint16], start: int, stop: int
+                    ) -> None:
+    part = np.bitwise_count(columns[0, start:stop] ^ code[0]).astype(np.uint16)
+    for j in range(1, len(columns)):
+        part += np.bitwise_count(columns[j, start:stop] ^ code[j])
+    out[start:stop] = part
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hybridkb-codes")
+        return _pool
+
+
+def _forget_pool() -> None:
+    """A forked child does not inherit the pool's thread: it starts its own."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 def closest(dist: npt.NDArray[np.uint16], count: int) -> npt.NDArray[np.int64]:
