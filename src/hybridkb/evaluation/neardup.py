@@ -17,10 +17,12 @@ Deterministic: word positions and replacement words come from a seeded generator
 from __future__ import annotations
 
 import random
+import zlib
 from dataclasses import replace
 
 from .beir import Dataset, Document
 
+DECOY, SIBLING = "~decoy", "~sibling"
 CHANGED_SHARE = 0.04  # share of a copy's words replaced ("a few words changed")
 MIN_CHANGED = 2
 
@@ -43,11 +45,20 @@ def near_copy(text: str, rng: random.Random, vocabulary: list[str]) -> str:
     return " ".join(words)
 
 
+def _copy_id(doc_id: str, kind: str) -> str:
+    """The copy's id: the original's with `kind` after it, and "!" or "~" before it (half
+    each, by a hash of the id). Equal scores are ordered by id; a copy that always sorted
+    after its original would win no exact tie (BM25 gives one wherever the changed words
+    miss the query), and would flatter whichever retriever ties most."""
+    return ("!" if zlib.crc32(doc_id.encode("utf-8")) % 2 else "~") + doc_id + kind
+
+
 def with_near_duplicates(data: Dataset, seed: int = 14) -> Dataset:
     """`data` with a decoy or a sibling added for each relevant document (alternating).
 
     Added documents come after the originals (so cached embeddings of the originals stay
-    valid; `Dataset.generated` counts them) and their ids end in `~decoy` / `~sibling`.
+    valid; `Dataset.generated` counts them) and their ids end in `~decoy` / `~sibling`
+    (see `_copy_id`).
     """
     rng = random.Random(seed)
     by_id = {d.id: d for d in data.corpus}
@@ -61,15 +72,15 @@ def with_near_duplicates(data: Dataset, seed: int = 14) -> Dataset:
             if grade <= 0 or doc_id not in by_id:
                 continue
             if doc_id not in made:
-                kind = "decoy" if turn % 2 == 0 else "sibling"
+                kind = DECOY if turn % 2 == 0 else SIBLING
                 turn += 1
                 src = by_id[doc_id]
-                copy_id = f"{doc_id}~{kind}"
+                copy_id = _copy_id(doc_id, kind)
                 added.append(Document(copy_id, src.title, near_copy(src.text, rng, vocabulary),
                                       dict(src.metadata)))
                 made[doc_id] = copy_id
             copy_id = made[doc_id]
-            if copy_id.endswith("~sibling"):
+            if copy_id.endswith(SIBLING):
                 qrels[qid][copy_id] = grade
     return replace(data, name=f"{data.name}+neardup", corpus=[*data.corpus, *added], qrels=qrels,
                    generated=data.generated + len(added))
