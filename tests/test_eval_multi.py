@@ -16,6 +16,7 @@ from hybridkb.evaluation import EvalOptions, evaluate, load, metrics
 from hybridkb.evaluation.multi import EMPTY_CORPUS, NOTES_CORPUS, evaluate_multi, format_multi
 from hybridkb.evaluation.neardup import with_near_duplicates
 from hybridkb.evaluation.typos import MIN_LENGTH, with_query_typos
+from hybridkb.textquery import STOPWORDS
 
 pytestmark = needs_data
 
@@ -112,6 +113,12 @@ def test_near_copies_win_about_half_of_the_ties_by_id() -> None:
     added = with_near_duplicates(data).corpus[len(data.corpus):]
     before = sum(doc.id < doc.id[1:].rsplit("~", 1)[0] for doc in added)
     assert 0.4 < before / len(added) < 0.6, (before, len(added))
+    # and no copy is longer than its original once stopwords are dropped (PostgreSQL)
+    by_id = {d.id: d for d in data.corpus}
+    for doc in added:
+        original = by_id[doc.id[1:].rsplit("~", 1)[0]].text.split()
+        changed = [w for w, c in zip(original, doc.text.split(), strict=True) if w != c]
+        assert changed and all(w.isalpha() and w.lower() not in STOPWORDS for w in changed)
 
 
 def test_near_duplicate_option_in_the_runner(sets: tuple[Path, Path]) -> None:

@@ -20,6 +20,7 @@ import random
 import zlib
 from dataclasses import replace
 
+from ..textquery import STOPWORDS
 from .beir import Dataset, Document
 
 DECOY, SIBLING = "~decoy", "~sibling"
@@ -27,20 +28,32 @@ CHANGED_SHARE = 0.04  # share of a copy's words replaced ("a few words changed")
 MIN_CHANGED = 2
 
 
+def _content(word: str) -> bool:
+    """An alphabetic word of 4+ letters that no backend drops as a stopword."""
+    return word.isalpha() and len(word) > 3 and word.lower() not in STOPWORDS
+
+
 def _vocabulary(docs: list[Document], rng: random.Random, size: int = 5000) -> list[str]:
     words: list[str] = []
     for doc in rng.sample(docs, min(len(docs), 400)):
-        words.extend(w for w in doc.text.split() if w.isalpha() and len(w) > 3)
+        words.extend(w for w in doc.text.split() if _content(w))
     return sorted(set(words))[:size] or ["other"]
 
 
 def near_copy(text: str, rng: random.Random, vocabulary: list[str]) -> str:
-    """`text` with CHANGED_SHARE of its words (at least MIN_CHANGED) replaced by other words."""
+    """`text` with CHANGED_SHARE of its words (at least MIN_CHANGED) replaced by other words.
+
+    Content words are replaced by content words where the text has enough of them, so a
+    copy is as long as its original to a retriever that drops stopwords (PostgreSQL's
+    `english` configuration): a copy that gained terms would be a longer document, lose
+    every close BM25 race to its original and flatter BM25 again (see `_copy_id`)."""
     words = text.split()
     if not words:
         return text
     n = min(len(words), max(MIN_CHANGED, round(CHANGED_SHARE * len(words))))
-    for pos in rng.sample(range(len(words)), n):
+    content = [i for i, w in enumerate(words) if _content(w)]
+    positions = range(len(words)) if len(content) < n else content
+    for pos in rng.sample(positions, n):
         words[pos] = rng.choice(vocabulary)
     return " ".join(words)
 
