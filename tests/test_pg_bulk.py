@@ -178,3 +178,65 @@ def test_a_store_indexed_before_migration_004_is_carried_over(pg_empty_url: str)
             want = exact.backend.text_search(parse(text), area, 20)
             got = kb.backend.text_search(parse(text), area, 20)
             assert want and [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-9)
+
+
+def test_a_copy_batch_as_large_as_the_store_rebuilds_the_gin_index(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GIN index of the tsvectors is dropped before a COPY batch at least as large as
+    the store and built again in the same transaction: present and used afterwards, the
+    same answers as the exact statement; a smaller batch goes into the live index, and a
+    batch failing after its COPY leaves the old index as it was."""
+    monkeypatch.setattr(bulk, "GIN_REBUILD_MIN", 100)
+    index_oid = "SELECT to_regclass('items_tsv')::oid"
+    from hybridkb.textquery import parse
+
+    with hybridkb.open(pg_url, embedder=None) as kb, \
+            hybridkb.open(pg_url, embedder=None, bm25_search="exact") as exact, \
+            psycopg.connect(pg_url, autocommit=True) as conn:
+        first = conn.execute(index_oid).fetchone()
+        kb.add_many(_items(0, 150), batch_size=150)  # 150 >= 0 stored: rebuilt
+        second = conn.execute(index_oid).fetchone()
+        assert second is not None and second[0] is not None and second != first
+        kb.add_many(_items(200, 120), batch_size=120)  # 120 < 150 stored: live index
+        assert conn.execute(index_oid).fetchone() == second
+        kb.add_many(_items(400, 300), batch_size=300)  # 300 >= 270: rebuilt
+        third = conn.execute(index_oid).fetchone()
+        assert third is not None and third[0] is not None and third != second
+        definition = conn.execute("SELECT pg_get_indexdef('items_tsv'::regclass)").fetchone()
+        assert definition == ("CREATE INDEX items_tsv ON public.items USING gin (tsv)",)
+        plan = "\n".join(r[0] for r in conn.execute(
+            "EXPLAIN SELECT rowid FROM items WHERE tsv @@ to_tsquery('english', 'river')"))
+        assert "items_tsv" in plan
+        area = _everywhere()
+        for text in ("river 3", "bulk item 450", "river"):
+            got, want = (sorted((round(score, 9), i) for i, score in store.backend.text_search(
+                parse(text), area, 20)) for store in (kb, exact))
+            assert got and got == want  # the same hits and scores (to the last bits)
+        assert kb.backend.integrity_problems() == []
+
+        def broken(*args: object) -> None:
+            raise psycopg.errors.DiskFull("no space left for the vectors")
+
+        monkeypatch.setattr(bulk, "copy_vectors", broken)
+        with pytest.raises(hybridkb.StoreError):
+            kb.add_many(_items(1000, 700), batch_size=700)
+        assert conn.execute(index_oid).fetchone() == third and kb.count() == 570
+
+
+def test_a_first_batch_reads_the_vector_dimension_once(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store without vectors yet: `add_many` checks each item's vector against the
+    dimension, which it reads once, not once per item."""
+    from hybridkb.storage.postgres.backend import PostgresBackend
+
+    reads: list[int] = []
+    real = PostgresBackend._dim
+
+    def counted(conn: psycopg.Connection) -> int | None:  # type: ignore[type-arg]
+        reads.append(1)
+        return real(conn)
+
+    monkeypatch.setattr(PostgresBackend, "_dim", staticmethod(counted))
+    with hybridkb.open(pg_url, embedder=None) as kb:
+        kb.add_many(_items(0, 400), batch_size=400)
+        assert kb.count() == 400 and kb.backend.vector_dim() == 16
+    assert len(reads) <= 5
