@@ -240,3 +240,39 @@ def test_a_first_batch_reads_the_vector_dimension_once(pg_url: str, monkeypatch:
         kb.add_many(_items(0, 400), batch_size=400)
         assert kb.count() == 400 and kb.backend.vector_dim() == 16
     assert len(reads) <= 5
+
+
+def test_the_store_merges_only_buckets_of_many_blocks_and_optimize_all(pg_url: str) -> None:
+    """A merge as the store grows leaves a bucket of two or three small blocks alone (large
+    batches leave few blocks) and merges one of four or more; `optimize()` merges any two.
+    Answers and the index's postings stay the same throughout."""
+    from hybridkb.storage.postgres import fulltext
+    from hybridkb.textquery import parse
+
+    blocks = ("SELECT count(*), max(c), sum(n) FROM (SELECT count(*) AS c, sum(n) AS n FROM bm25_blocks "
+              "GROUP BY lexeme, corpus, bucket) AS k")
+    area = _everywhere()
+    queries = ["river 3", "bulk item", "river"]
+    with hybridkb.open(pg_url, embedder=None) as kb, psycopg.connect(pg_url, autocommit=True) as conn:
+        for start in (0, 1000, 2000):
+            kb.add_many(_items(start, 150), batch_size=150)
+        keys, most, postings = conn.execute(blocks).fetchone()
+        assert most == 3
+        before = [kb.backend.text_search(parse(t), area, 30) for t in queries]
+        kb.backend._write(lambda c: fulltext.compact(c, fulltext.AUTO_MIN_BLOCKS))
+        assert conn.execute(blocks).fetchone() == (keys, 3, postings)  # nothing merged
+        fourth = _items(3000, 150)
+        for row in fourth:
+            row["text"] = str(row["text"]).replace("river", "stream")  # same lengths, no "river"
+        kb.add_many(fourth, batch_size=150)
+        kb.backend._write(lambda c: fulltext.compact(c, fulltext.AUTO_MIN_BLOCKS))
+        per_key = conn.execute("SELECT lexeme, max(c) FROM (SELECT lexeme, count(*) AS c FROM bm25_blocks "
+                               "GROUP BY lexeme, corpus, bucket) AS k GROUP BY lexeme").fetchall()
+        most = dict(per_key)
+        assert most["bulk"] == most["item"] == 1 and most["river"] == 3  # 4 -> 1; 3 stay
+        river = [kb.backend.text_search(parse(t), area, 30) for t in queries]
+        assert all(river) and all(before)
+        kb.backend.optimize()
+        assert conn.execute(blocks).fetchone()[1] == 1
+        assert kb.backend.integrity_problems() == []
+        assert [kb.backend.text_search(parse(t), area, 30) for t in queries] == river

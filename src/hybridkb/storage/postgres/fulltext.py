@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 
 COMPACT_MIN_ITEMS = 5_000  # no merging below this many items
 META_COMPACTED = "pg_bm25_compacted_items"  # items in the store at the last merge
+# The store's own merges (as it doubles) merge a bucket's small blocks once it holds this
+# many; `optimize()` merges any two (migration 005: large batches leave one or two blocks
+# per bucket, and merging those rewrote the whole index for nothing measurable).
+AUTO_MIN_BLOCKS = 4
 _LOCK_COMPACT = "hybridkb.bm25_compact"
 BROAD_SHARE = 0.2  # a filter keeping this share of the store is broad, whatever its rows
 FIRST_BUDGET = 4000  # postings read in the first round (at least 8 per wanted result)
@@ -119,15 +123,16 @@ def maybe_compact(conn: Connection[Any]) -> None:
     row = conn.execute(q.COMPACT_STATE, [META_COMPACTED]).fetchone()
     n, done = (int(row[0]), int(row[1])) if row else (0, 0)
     if n >= COMPACT_MIN_ITEMS and n >= 2 * done:
-        compact(conn)
+        compact(conn, AUTO_MIN_BLOCKS)
 
 
-def compact(conn: Connection[Any]) -> None:
-    """Merge the blocks of every (lexeme, corpus, bucket) (hybridkb_bm25_compact, migration
-    004), in the caller's transaction; concurrent merges take turns."""
+def compact(conn: Connection[Any], min_blocks: int = 2) -> None:
+    """Merge the small blocks of every (lexeme, corpus, bucket) that holds at least
+    `min_blocks` of them (hybridkb_bm25_compact, migrations 004-005), in the caller's
+    transaction; concurrent merges take turns."""
     conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [_LOCK_COMPACT])
     row = conn.execute(q.COMPACT_STATE, [META_COMPACTED]).fetchone()
-    conn.execute("SELECT hybridkb_bm25_compact()")
+    conn.execute("SELECT hybridkb_bm25_compact(%s)", [min_blocks])
     conn.execute(q.SET_META, [META_COMPACTED, str(int(row[0]) if row else 0)])
 
 
