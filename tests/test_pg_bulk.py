@@ -276,3 +276,28 @@ def test_the_store_merges_only_buckets_of_many_blocks_and_optimize_all(pg_url: s
         assert conn.execute(blocks).fetchone()[1] == 1
         assert kb.backend.integrity_problems() == []
         assert [kb.backend.text_search(parse(t), area, 30) for t in queries] == river
+
+
+def test_packed_postings_follow_every_write_to_a_block(pg_url: str) -> None:
+    """`packed` (migration 006) is the four arrays' array_send end to end, through inserts,
+    a delete and a text change rewriting blocks, and a merge; top-k reads it."""
+    from hybridkb.textquery import parse
+
+    differ = ("SELECT count(*) FILTER (WHERE packed IS DISTINCT FROM array_send(rowids) || "
+              "array_send(nt) || array_send(nb) || array_send(dl)), count(*) FROM bm25_blocks "
+              "WHERE rowids IS NOT NULL")
+    with hybridkb.open(pg_url, embedder=None) as kb, \
+            hybridkb.open(pg_url, embedder=None, bm25_search="exact") as exact, \
+            psycopg.connect(pg_url, autocommit=True) as conn:
+        kb.add_many(_items(0, 200), batch_size=200)
+        kb.add_many(_items(500, 20), batch_size=10)
+        kb.delete([f"b{k}" for k in range(0, 200, 3)])
+        kb.add_many([{"id": "b1", "text": "a river changed its course"}], replace=True)
+        kb.backend.optimize()
+        bad, total = conn.execute(differ).fetchone()
+        assert bad == 0 and total > 50
+        area = _everywhere()
+        for text in ("river 3", "river course", "bulk item 505"):
+            got, want = (sorted((round(s, 9), i) for i, s in store.backend.text_search(
+                parse(text), area, 20)) for store in (kb, exact))
+            assert got and got == want
