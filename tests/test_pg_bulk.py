@@ -178,3 +178,126 @@ def test_a_store_indexed_before_migration_004_is_carried_over(pg_empty_url: str)
             want = exact.backend.text_search(parse(text), area, 20)
             got = kb.backend.text_search(parse(text), area, 20)
             assert want and [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-9)
+
+
+def test_a_copy_batch_as_large_as_the_store_rebuilds_the_gin_index(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GIN index of the tsvectors is dropped before a COPY batch at least as large as
+    the store and built again in the same transaction: present and used afterwards, the
+    same answers as the exact statement; a smaller batch goes into the live index, and a
+    batch failing after its COPY leaves the old index as it was."""
+    monkeypatch.setattr(bulk, "GIN_REBUILD_MIN", 100)
+    index_oid = "SELECT to_regclass('items_tsv')::oid"
+    from hybridkb.textquery import parse
+
+    with hybridkb.open(pg_url, embedder=None) as kb, \
+            hybridkb.open(pg_url, embedder=None, bm25_search="exact") as exact, \
+            psycopg.connect(pg_url, autocommit=True) as conn:
+        first = conn.execute(index_oid).fetchone()
+        kb.add_many(_items(0, 150), batch_size=150)  # 150 >= 0 stored: rebuilt
+        second = conn.execute(index_oid).fetchone()
+        assert second is not None and second[0] is not None and second != first
+        kb.add_many(_items(200, 120), batch_size=120)  # 120 < 150 stored: live index
+        assert conn.execute(index_oid).fetchone() == second
+        kb.add_many(_items(400, 300), batch_size=300)  # 300 >= 270: rebuilt
+        third = conn.execute(index_oid).fetchone()
+        assert third is not None and third[0] is not None and third != second
+        definition = conn.execute("SELECT pg_get_indexdef('items_tsv'::regclass)").fetchone()
+        assert definition == ("CREATE INDEX items_tsv ON public.items USING gin (tsv)",)
+        plan = "\n".join(r[0] for r in conn.execute(
+            "EXPLAIN SELECT rowid FROM items WHERE tsv @@ to_tsquery('english', 'river')"))
+        assert "items_tsv" in plan
+        area = _everywhere()
+        for text in ("river 3", "bulk item 450", "river"):
+            got, want = (sorted((round(score, 9), i) for i, score in store.backend.text_search(
+                parse(text), area, 20)) for store in (kb, exact))
+            assert got and got == want  # the same hits and scores (to the last bits)
+        assert kb.backend.integrity_problems() == []
+
+        def broken(*args: object) -> None:
+            raise psycopg.errors.DiskFull("no space left for the vectors")
+
+        monkeypatch.setattr(bulk, "copy_vectors", broken)
+        with pytest.raises(hybridkb.StoreError):
+            kb.add_many(_items(1000, 700), batch_size=700)
+        assert conn.execute(index_oid).fetchone() == third and kb.count() == 570
+
+
+def test_a_first_batch_reads_the_vector_dimension_once(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store without vectors yet: `add_many` checks each item's vector against the
+    dimension, which it reads once, not once per item."""
+    from hybridkb.storage.postgres.backend import PostgresBackend
+
+    reads: list[int] = []
+    real = PostgresBackend._dim
+
+    def counted(conn: psycopg.Connection) -> int | None:  # type: ignore[type-arg]
+        reads.append(1)
+        return real(conn)
+
+    monkeypatch.setattr(PostgresBackend, "_dim", staticmethod(counted))
+    with hybridkb.open(pg_url, embedder=None) as kb:
+        kb.add_many(_items(0, 400), batch_size=400)
+        assert kb.count() == 400 and kb.backend.vector_dim() == 16
+    assert len(reads) <= 5
+
+
+def test_the_store_merges_only_buckets_of_many_blocks_and_optimize_all(pg_url: str) -> None:
+    """A merge as the store grows leaves a bucket of two or three small blocks alone (large
+    batches leave few blocks) and merges one of four or more; `optimize()` merges any two.
+    Answers and the index's postings stay the same throughout."""
+    from hybridkb.storage.postgres import fulltext
+    from hybridkb.textquery import parse
+
+    blocks = ("SELECT count(*), max(c), sum(n) FROM (SELECT count(*) AS c, sum(n) AS n FROM bm25_blocks "
+              "GROUP BY lexeme, corpus, bucket) AS k")
+    area = _everywhere()
+    queries = ["river 3", "bulk item", "river"]
+    with hybridkb.open(pg_url, embedder=None) as kb, psycopg.connect(pg_url, autocommit=True) as conn:
+        for start in (0, 1000, 2000):
+            kb.add_many(_items(start, 150), batch_size=150)
+        keys, most, postings = conn.execute(blocks).fetchone()
+        assert most == 3
+        before = [kb.backend.text_search(parse(t), area, 30) for t in queries]
+        kb.backend._write(lambda c: fulltext.compact(c, fulltext.AUTO_MIN_BLOCKS))
+        assert conn.execute(blocks).fetchone() == (keys, 3, postings)  # nothing merged
+        fourth = _items(3000, 150)
+        for row in fourth:
+            row["text"] = str(row["text"]).replace("river", "stream")  # same lengths, no "river"
+        kb.add_many(fourth, batch_size=150)
+        kb.backend._write(lambda c: fulltext.compact(c, fulltext.AUTO_MIN_BLOCKS))
+        per_key = conn.execute("SELECT lexeme, max(c) FROM (SELECT lexeme, count(*) AS c FROM bm25_blocks "
+                               "GROUP BY lexeme, corpus, bucket) AS k GROUP BY lexeme").fetchall()
+        most = dict(per_key)
+        assert most["bulk"] == most["item"] == 1 and most["river"] == 3  # 4 -> 1; 3 stay
+        river = [kb.backend.text_search(parse(t), area, 30) for t in queries]
+        assert all(river) and all(before)
+        kb.backend.optimize()
+        assert conn.execute(blocks).fetchone()[1] == 1
+        assert kb.backend.integrity_problems() == []
+        assert [kb.backend.text_search(parse(t), area, 30) for t in queries] == river
+
+
+def test_packed_postings_follow_every_write_to_a_block(pg_url: str) -> None:
+    """`packed` (migration 006) is the four arrays' array_send end to end, through inserts,
+    a delete and a text change rewriting blocks, and a merge; top-k reads it."""
+    from hybridkb.textquery import parse
+
+    differ = ("SELECT count(*) FILTER (WHERE packed IS DISTINCT FROM array_send(rowids) || "
+              "array_send(nt) || array_send(nb) || array_send(dl)), count(*) FROM bm25_blocks "
+              "WHERE rowids IS NOT NULL")
+    with hybridkb.open(pg_url, embedder=None) as kb, \
+            hybridkb.open(pg_url, embedder=None, bm25_search="exact") as exact, \
+            psycopg.connect(pg_url, autocommit=True) as conn:
+        kb.add_many(_items(0, 200), batch_size=200)
+        kb.add_many(_items(500, 20), batch_size=10)
+        kb.delete([f"b{k}" for k in range(0, 200, 3)])
+        kb.add_many([{"id": "b1", "text": "a river changed its course"}], replace=True)
+        kb.backend.optimize()
+        bad, total = conn.execute(differ).fetchone()
+        assert bad == 0 and total > 50
+        area = _everywhere()
+        for text in ("river 3", "river course", "bulk item 505"):
+            got, want = (sorted((round(s, 9), i) for i, s in store.backend.text_search(
+                parse(text), area, 20)) for store in (kb, exact))
+            assert got and got == want

@@ -226,3 +226,18 @@ def test_seen_bounds_match_a_per_term_reckoning() -> None:
             assert known[i] == (all(s in slots or unread[s] == 0 for s in range(n_terms))
                                 and all(exact[s] for s in slots))
             assert held[i] == any(exact[s] for s in slots)
+
+
+def test_distinct_rowids_match_numpy_unique() -> None:
+    """The dense marking of Seen.bounds gives np.unique's answer: dense and sparse rowids,
+    repeats, a single posting, none."""
+    import numpy as np
+
+    rng = np.random.default_rng(16)
+    cases = [rng.integers(1, 5_000, 20_000), rng.integers(1, 10**12, 500), np.array([7]),
+             np.array([], dtype=np.int64), np.repeat(np.arange(100, 140), 3)[::-1].copy()]
+    for rowids in cases:
+        docs, at = topk._distinct(rowids.astype(np.int64))
+        want_docs, want_at = np.unique(rowids.astype(np.int64), return_inverse=True)
+        assert docs.tolist() == want_docs.tolist() and at.tolist() == want_at.tolist()
+        assert docs.dtype == np.int64 and at.dtype == np.int64

@@ -116,7 +116,7 @@ class PostgresBackend:
             reason = self._scrub(" ".join(str(exc).split()))
             raise InvalidInputError(f"not a valid PostgreSQL URL: {self.url}: {reason}") from None
         self.newer_schema: str | None = None
-        self._known_dim: tuple[int, float] | None = None
+        self._known_dim: tuple[int | None, float] | None = None
         self._connect_kwargs: dict[str, Any] = {"autocommit": True}
         if "connect_timeout" not in in_url:  # the URL's own value wins
             self._connect_kwargs["connect_timeout"] = max(1, math.ceil(connect_timeout))
@@ -251,14 +251,16 @@ class PostgresBackend:
         return int(row[0]) if row else None
 
     def vector_dim(self) -> int | None:
-        """A known dimension is reused for DIM_REUSE_S: `add_many` checks every item's vector
-        against it (a round trip per item otherwise). Writes check it again in their own
-        transaction, so a dimension another process changed meanwhile lets no vector in."""
+        """A dimension read (or its absence: no vectors yet) is reused for DIM_REUSE_S:
+        `add_many` checks every item's vector against it (a round trip per item otherwise,
+        which a first batch into a store without vectors paid item by item). Writes check it
+        again in their own transaction, so a dimension another process changed meanwhile
+        lets no vector in."""
         known = self._known_dim
         if known is not None and time.monotonic() - known[1] < DIM_REUSE_S:
             return known[0]
         dim = self._run(self._dim, write=False)
-        self._known_dim = (dim, time.monotonic()) if dim is not None else None
+        self._known_dim = (dim, time.monotonic())
         return dim
 
     def ensure_vector_storage(self, dim: int) -> None:

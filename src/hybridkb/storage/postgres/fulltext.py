@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 
 COMPACT_MIN_ITEMS = 5_000  # no merging below this many items
 META_COMPACTED = "pg_bm25_compacted_items"  # items in the store at the last merge
+# The store's own merges (as it doubles) merge a bucket's small blocks once it holds this
+# many; `optimize()` merges any two (migration 005: large batches leave one or two blocks
+# per bucket, and merging those rewrote the whole index for nothing measurable).
+AUTO_MIN_BLOCKS = 4
 _LOCK_COMPACT = "hybridkb.bm25_compact"
 BROAD_SHARE = 0.2  # a filter keeping this share of the store is broad, whatever its rows
 FIRST_BUDGET = 4000  # postings read in the first round (at least 8 per wanted result)
@@ -61,10 +65,12 @@ LEFT JOIN LATERAL (
 WHERE numnode(t.q) > 0
 """
 _PHRASE_DF = "SELECT count(*) FROM items i WHERE {in_corpora} AND i.tsv @@ phraseto_tsquery('english', %s)"
-# The postings of the buckets read, block by block, as binary arrays: numpy weighs them
-# (weighing each posting in SQL, unnested, cost 80% of a query at 100,000 items).
+# The postings of the buckets read, block by block, as binary arrays serialized when the
+# block was written (`packed`, migration 006: array_send at read time was most of the
+# statement's server time): numpy weighs them (weighing each posting in SQL, unnested,
+# cost 80% of a query at 100,000 items).
 _READ = """
-SELECT r.slot, array_send(b.rowids), array_send(b.nt), array_send(b.nb), array_send(b.dl)
+SELECT r.slot, b.n, b.packed
 FROM unnest(%s::text[], %s::int[], %s::int[]) AS r (lexeme, bucket, slot)
 JOIN bm25_blocks b ON b.lexeme = r.lexeme AND b.bucket = r.bucket
 WHERE {in_corpora} AND b.rowids IS NOT NULL
@@ -72,7 +78,7 @@ WHERE {in_corpora} AND b.rowids IS NOT NULL
 # Every block of the terms' lexemes: a read of every posting names a lexeme per term, not
 # each of its buckets (hundreds of parameters to send, as many index probes).
 _READ_ALL = """
-SELECT r.slot, array_send(b.rowids), array_send(b.nt), array_send(b.nb), array_send(b.dl)
+SELECT r.slot, b.n, b.packed
 FROM unnest(%s::text[], %s::int[]) AS r (lexeme, slot)
 JOIN bm25_blocks b ON b.lexeme = r.lexeme
 WHERE {in_corpora} AND b.rowids IS NOT NULL
@@ -99,6 +105,9 @@ def _fmt(template: str, area: SearchArea, alias: str, **parts: sql.Composable,
 
 _ELEMENT = {"i": ">i8", "f": ">f8", "i2": ">i2", "i4": ">i4"}
 _HEADER = 20  # array_send of a one-dimensional array: ndim, flags, type, length, lower bound
+# A block's `packed` bytes: array_send of rowids, nt, nb, dl end to end; each element is
+# a 4-byte length and the value (8, 2, 2 and 4 bytes).
+_PACKED = ((8, "i"), (2, "i2"), (2, "i2"), (4, "i4"))
 
 
 def _elements(data: bytes, kind: str) -> Any:
@@ -119,15 +128,16 @@ def maybe_compact(conn: Connection[Any]) -> None:
     row = conn.execute(q.COMPACT_STATE, [META_COMPACTED]).fetchone()
     n, done = (int(row[0]), int(row[1])) if row else (0, 0)
     if n >= COMPACT_MIN_ITEMS and n >= 2 * done:
-        compact(conn)
+        compact(conn, AUTO_MIN_BLOCKS)
 
 
-def compact(conn: Connection[Any]) -> None:
-    """Merge the blocks of every (lexeme, corpus, bucket) (hybridkb_bm25_compact, migration
-    004), in the caller's transaction; concurrent merges take turns."""
+def compact(conn: Connection[Any], min_blocks: int = 2) -> None:
+    """Merge the small blocks of every (lexeme, corpus, bucket) that holds at least
+    `min_blocks` of them (hybridkb_bm25_compact, migrations 004-005), in the caller's
+    transaction; concurrent merges take turns."""
     conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [_LOCK_COMPACT])
     row = conn.execute(q.COMPACT_STATE, [META_COMPACTED]).fetchone()
-    conn.execute("SELECT hybridkb_bm25_compact()")
+    conn.execute("SELECT hybridkb_bm25_compact(%s)", [min_blocks])
     conn.execute(q.SET_META, [META_COMPACTED, str(int(row[0]) if row else 0)])
 
 
@@ -260,10 +270,17 @@ class _Run:
             [slot_of[id(p)] for p, _ in reads], *self.read_params]).fetchall())
 
     def _weigh(self, rows: list[Any]) -> int:
-        """Weigh the postings of the blocks read ((slot, arrays...) rows); how many."""
+        """Weigh the postings of the blocks read ((slot, n, packed) rows); how many."""
         blocks: dict[int, list[tuple[bytes, ...]]] = {}
-        for slot, *arrays in rows:  # the elements of each array, headers dropped
-            blocks.setdefault(slot, []).append(tuple(a[_HEADER:] for a in arrays))
+        for slot, n, packed in rows:  # the elements of each array, headers dropped
+            if not n:
+                continue
+            parts, at = [], 0
+            for width, _kind in _PACKED:
+                end = at + _HEADER + n * (4 + width)
+                parts.append(packed[at + _HEADER:end])
+                at = end
+            blocks.setdefault(slot, []).append(tuple(parts))
         n = 0
         for slot, parts in blocks.items():
             ids, nt, nb, dl = (_elements(b"".join(c), kind) for c, kind in zip(

@@ -125,7 +125,7 @@ class Seen:
             empty, no = np.zeros(0), np.zeros(0, dtype=bool)
             return np.zeros(0, dtype=np.int64), empty, empty, no, no
         rowids = np.concatenate(self.rowids)
-        docs, at = np.unique(rowids, return_inverse=True)
+        docs, at = _distinct(rowids)
         slots = np.concatenate(self.slots)
         lower = np.bincount(at, weights=np.concatenate(self.exact), minlength=len(docs))
         phrase = np.bincount(at, weights=np.concatenate(self.bound), minlength=len(docs))
@@ -145,6 +145,25 @@ class Seen:
         known = (per_doc(left) == left.sum()) & (per_doc((~exact).astype(np.float64)) == 0)
         held = per_doc(exact.astype(np.float64)) > 0
         return docs, lower.astype(np.float64), upper, known, held
+
+
+def _distinct(rowids: Ints) -> tuple[Ints, Ints]:
+    """np.unique(rowids, return_inverse=True): the distinct rowids ascending and each
+    posting's place among them. Rowids are dense (an identity column), so when their range
+    is not much wider than the postings read, marking them in a table of the range and
+    counting replaces the sort (a sort of 100,000 postings was a tenth of a query)."""
+    if len(rowids) == 0:
+        return rowids, np.zeros(0, dtype=np.int64)
+    low, high = int(rowids.min()), int(rowids.max())
+    if low < 0 or high - low > 8 * len(rowids) + 65_536:
+        unique, inverse = np.unique(rowids, return_inverse=True)
+        return unique.astype(np.int64, copy=False), inverse.astype(np.int64, copy=False)
+    marked = np.zeros(high - low + 1, dtype=bool)
+    marked[rowids - low] = True
+    place = np.cumsum(marked, dtype=np.int64) - 1
+    docs: Ints = (np.flatnonzero(marked) + low).astype(np.int64, copy=False)
+    at: Ints = place[rowids - low]
+    return docs, at
 
 
 def threshold(lower: Floats, passing: npt.NDArray[np.bool_], k: int) -> float:
