@@ -48,6 +48,20 @@ def test_add_get_count_delete(kb: KnowledgeBase) -> None:
     assert kb.count() == 0
 
 
+def test_a_list_where_one_id_belongs_is_refused_not_ignored(kb: KnowledgeBase) -> None:
+    """kb.delete(["a", "b"]) used to delete nothing and answer False."""
+    kb.add("first", id="a")
+    kb.add("second", id="b")
+    for call in (lambda: kb.delete(["a", "b"]),  # type: ignore[arg-type]
+                 lambda: kb.get(["a"]),  # type: ignore[arg-type]
+                 lambda: kb.delete_many([["a"], "b"]),  # type: ignore[list-item]
+                 lambda: kb.get_many([1, "a"]),  # type: ignore[list-item]
+                 lambda: kb.delete_many("ab")):
+        with pytest.raises(InvalidInputError, match="string"):
+            call()
+    assert kb.count() == 2 and kb.delete_many(["a", "b", "missing"]) == 2
+
+
 def test_add_existing_id_is_error_upsert_replaces(kb: KnowledgeBase) -> None:
     kb.add("first version", id="x")
     with pytest.raises(InvalidInputError, match="already exists"):

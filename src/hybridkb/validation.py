@@ -112,7 +112,11 @@ def lookup_ids(ids: Sequence[str]) -> list[str]:
     """The ids worth asking a store for: an id no item can have is simply not found."""
     if isinstance(ids, str):
         raise InvalidInputError("ids must be a list of strings, not one string")
-    return [i for i in ids if isinstance(i, str) and i and len(i) <= MAX_ID_CHARS
+    wrong = next((i for i in ids if not isinstance(i, str)), None)
+    if wrong is not None:  # e.g. delete(["a", "b"]): a list where one id belongs
+        raise InvalidInputError(f"an id is a string, got {type(wrong).__name__} {wrong!r:.60}"
+                                " (several ids: the *_many methods)")
+    return [i for i in ids if i and len(i) <= MAX_ID_CHARS
             and storable_text_problem(i) is None]
 
 
