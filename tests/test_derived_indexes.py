@@ -209,3 +209,65 @@ def test_the_log_is_pruned_behind_both_indexes_and_they_still_catch_up(db: Path)
     assert other.search("prometheus", mode="fts").ids == ["after"]
     other.close()
     kb.close()
+
+
+def wait_for_text_worker(kb: KnowledgeBase) -> None:
+    worker = kb.backend._text._worker
+    if worker is not None:
+        worker.join(60)
+        assert not worker.is_alive()
+
+
+def test_a_bulk_load_is_indexed_behind_the_writer_not_by_the_first_search(db: Path) -> None:
+    kb = open_kb(db)
+    assert kb.backend._text.disk_seq() is None  # no index before the first write
+    kb.add_many([{"id": f"b{i}", "text": f"bulk item {i} about {'kafka' if i % 2 else 'redis'}"}
+                 for i in range(600)], batch_size=50)
+    wait_for_text_worker(kb)
+    _, head = kb.backend._changes.log_bounds()
+    # built in the background from the first batch, then fed each committed batch
+    assert kb.backend._text.disk_seq() == head
+    assert kb.backend._text.rebuilds == 1
+    assert len(kb.search("kafka", mode="fts", limit=500).hits) == 300
+    assert kb.backend._text.rebuilds == 1  # the search built nothing
+    assert len(kb.backend._text.view()[1]) == 0  # nor read a delta
+    assert kb.backend.integrity_problems() == []
+    kb.close()
+
+
+def test_a_catch_up_commits_batch_by_batch_through_one_writer(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hybridkb.storage.indexes import sync as sync_module
+    from hybridkb.storage.indexes.text import TextIndex
+
+    kb = open_kb(db)
+    kb.add_many(ITEMS)
+    kb.backend._text.current()
+    wait_for_text_worker(kb)
+    monkeypatch.setattr(sync_module, "FOLD_BATCH", 40)
+    writers, commits = [], []
+    real_writing = TextIndex.writing
+    real_committed = TextIndex._committed
+
+    def writing(self: TextIndex, **options: int) -> object:
+        writers.append(options)
+        return real_writing(self, **options)
+
+    def committed(self: TextIndex, seq: int) -> None:
+        commits.append(seq)
+        real_committed(self, seq)
+
+    monkeypatch.setattr(TextIndex, "writing", writing)
+    monkeypatch.setattr(TextIndex, "_committed", committed)
+    kb.backend._text._start_worker = lambda: None  # type: ignore[method-assign]  # fold by hand below
+    kb.upsert_many([{"id": f"n{i}", "text": f"rewritten note {i} about zookeeper"} for i in range(30)])
+    kb.add_many([{"id": f"m{i}", "text": f"more about zookeeper {i}"} for i in range(70)])
+    kb.delete_many(["n3", "m5"])
+    kb.backend._text._work()
+    _, head = kb.backend._changes.log_bounds()
+    assert len(writers) == 1 and len(commits) >= 3 and commits[-1] == head  # several commits, one writer
+    index = kb.backend._text.current()
+    assert index.seq == head
+    assert sorted(index.all_rowids()) == sorted(kb.backend._changes.item_rowids())  # no duplicates
+    found = kb.search("zookeeper", mode="fts", limit=200).ids
+    assert len(found) == 98 and "n3" not in found and "m5" not in found
+    kb.close()

@@ -37,6 +37,9 @@ REBUILD_SHARE = 0.5
 # Pending rowids a search scores itself (text_delta.py) before it waits for a commit.
 DELTA_MAX = 2_000
 COMMIT_INTERVAL_S = 0.5  # background commits of one process at most this often
+# Changes a background commit takes at most: below tantivy's indexing queue (10,000
+# documents), so adding a document never waits for its indexing thread.
+FOLD_BATCH = 5_000
 
 
 class _Closable(Protocol):
@@ -247,8 +250,9 @@ class TextIndexSync:
 
     def kick(self) -> None:
         """After a write: fold it into the index in the background, so searches find a small
-        delta. Only an index that exists is updated this way; a missing one is built by
-        the next search (with its progress bar), never behind a writer's back."""
+        delta. A store with no usable index on disk gets one built here, behind the writer
+        (from the items written so far, then fed as more are committed): a bulk load is
+        searchable by text as soon as it ends, not after a rebuild by its first search."""
         if self.background:
             self._start_worker()
 
@@ -262,32 +266,51 @@ class TextIndexSync:
                 index = self._index
             if index is None:
                 index = self._open()
-                if index is None:
-                    return
-                with self._lock:
-                    if self._index is None:
-                        self._index = index
-                        self._delta = TextDelta(base_seq=index.seq, seq=index.seq)
-                    index = self._index
+                if index is None and self.folder is None:
+                    return  # in memory: the first search builds it
+                if index is not None:
+                    with self._lock:
+                        if self._index is None:
+                            self._index = index
+                            self._delta = TextDelta(base_seq=index.seq, seq=index.seq)
+                        index = self._index
             with self._exclusive():
+                if index is None or not self._joins(index):
+                    index = self._open()  # another process may have built it meanwhile
+                    if index is None or not self._joins(index):
+                        # Not installed as this process's search handle (that needs self._lock):
+                        # searches reopen the folder when its generation changes.
+                        index = self._build(no_progress)
                 self._fold(index)
 
+    def _joins(self, index: TextIndex) -> bool:
+        """The log holds every change after the index's sequence (a replay can catch up)."""
+        oldest, head = self.source.log_bounds()
+        return oldest - 1 <= index.seq <= head
+
     def _fold(self, index: TextIndex) -> None:
-        """Commit the logged changes into `index` (under the file lock)."""
-        while not self._closed:
-            oldest, head = self.source.log_bounds()
-            if index.seq >= head or index.seq < oldest - 1:
-                return
-            # A commit costs ~100 ms however small: under a stream of writes, wait a little
-            # so one commit takes many of them (searches meanwhile read the delta).
-            if time.monotonic() - self._last_commit < COMMIT_INTERVAL_S:
-                time.sleep(COMMIT_INTERVAL_S)
-                continue
-            rowids, reached = self.source.changed_since(index.seq, CATCH_UP_BATCH)
-            docs = self.source.text_docs(rowids)
-            present = {d.rowid for d in docs}
-            index.apply(docs, [r for r in rowids if r not in present], reached)
-            self._last_commit = time.monotonic()
+        """Commit the logged changes into `index` (under the file lock), through one tantivy
+        writer for as long as writes keep coming."""
+        oldest, head = self.source.log_bounds()
+        if index.seq >= head or index.seq < oldest - 1:
+            return
+        with index.writing() as writer:
+            while not self._closed:
+                oldest, head = self.source.log_bounds()
+                if index.seq >= head or index.seq < oldest - 1:
+                    return
+                # A commit costs ~100 ms however small: under a stream of small writes, wait a
+                # little so one commit takes many of them (searches meanwhile read the delta).
+                # Behind a bulk load, commit at once: each commit then takes FOLD_BATCH.
+                wait = COMMIT_INTERVAL_S - (time.monotonic() - self._last_commit)
+                if wait > 0 and head - index.seq < FOLD_BATCH:
+                    time.sleep(wait)
+                    continue
+                rowids, reached = self.source.changed_since(index.seq, FOLD_BATCH)
+                docs = self.source.text_docs(rowids)
+                present = {d.rowid for d in docs}
+                writer.apply(docs, [r for r in rowids if r not in present], reached)
+                self._last_commit = time.monotonic()
 
     def close(self, timeout: float = 30.0) -> None:
         """Let a running background commit finish (its work is kept), start no other: the
@@ -298,21 +321,27 @@ class TextIndexSync:
             worker.join(timeout)
 
     def rebuild(self) -> TextIndex:
-        """A new index from every item, published when complete (call under the file lock)."""
+        """A new index from every item, published when complete, and this process's handle
+        from now on (call under self._lock and the file lock)."""
+        index = self._build(self.progress)
+        self._index = index
+        self._delta = TextDelta(base_seq=index.seq, seq=index.seq)
+        return index
+
+    def _build(self, progress: ProgressFactory) -> TextIndex:
+        """A new index from every item (call under the file lock)."""
         _, head = self.source.log_bounds()  # read first: later changes are replayed after
         index = TextIndex.create(self.folder, self.source.store_id, title_repeat=self.title_repeat)
         total = self.source.item_count()
 
         def docs() -> Iterator[TextDoc]:
-            with self.progress(total, "text index") as bar:
+            with progress(total, "text index") as bar:
                 for batch in self.source.iter_text_docs(2000):
                     yield from batch
                     bar.update(len(batch))
 
         index.apply(docs(), (), head, fresh=True)
         self.rebuilds += 1
-        self._index = index
-        self._delta = TextDelta(base_seq=index.seq, seq=index.seq)
         return index
 
     def disk_seq(self) -> int | None:
