@@ -37,9 +37,11 @@ REBUILD_SHARE = 0.5
 # Pending rowids a search scores itself (text_delta.py) before it waits for a commit.
 DELTA_MAX = 2_000
 COMMIT_INTERVAL_S = 0.5  # background commits of one process at most this often
-# Changes a background commit takes at most: below tantivy's indexing queue (10,000
-# documents), so adding a document never waits for its indexing thread.
-FOLD_BATCH = 5_000
+# Changes a background commit takes at most, as many as a search scores itself: behind a
+# bulk load the index is then about one such batch behind when the load ends, so the first
+# search waits for one commit at most. Below tantivy's indexing queue (10,000 documents),
+# so adding a document never waits for its indexing thread while holding the GIL.
+FOLD_BATCH = DELTA_MAX
 
 
 class _Closable(Protocol):
