@@ -10,6 +10,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -235,7 +236,11 @@ def test_a_bulk_load_is_indexed_behind_the_writer_not_by_the_first_search(db: Pa
     kb.close()
 
 
-def test_a_catch_up_commits_batch_by_batch_through_one_writer(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_background_catch_up_lets_other_processes_in_between_commits(
+        db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fcntl
+    import threading
+
     from hybridkb.storage.indexes import sync as sync_module
     from hybridkb.storage.indexes.text import TextIndex
 
@@ -243,28 +248,36 @@ def test_a_catch_up_commits_batch_by_batch_through_one_writer(db: Path, monkeypa
     kb.add_many(ITEMS)
     kb.backend._text.current()
     wait_for_text_worker(kb)
-    monkeypatch.setattr(sync_module, "FOLD_BATCH", 40)
-    writers, commits = [], []
-    real_writing = TextIndex.writing
-    real_committed = TextIndex._committed
+    monkeypatch.setattr(sync_module, "FOLD_BATCH", 20)
+    lock_path = kb.backend._text._lock_path
+    assert lock_path is not None
+    events: list[str] = []
+    real_apply = TextIndex.apply
 
-    def writing(self: TextIndex, **options: int) -> object:
-        writers.append(options)
-        return real_writing(self, **options)
+    def other_process() -> None:  # blocks on the folder's lock as another process would
+        with open(lock_path, "a+b") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            events.append("other")
+            time.sleep(0.02)
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
-    def committed(self: TextIndex, seq: int) -> None:
-        commits.append(seq)
-        real_committed(self, seq)
+    def apply(self: TextIndex, *args: object, **options: object) -> int:
+        events.append("commit")
+        if events.count("commit") == 1:  # waits from the first commit on
+            threading.Thread(target=other_process).start()
+            time.sleep(0.05)
+        return real_apply(self, *args, **options)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(TextIndex, "writing", writing)
-    monkeypatch.setattr(TextIndex, "_committed", committed)
+    monkeypatch.setattr(TextIndex, "apply", apply)
     kb.backend._text._start_worker = lambda: None  # type: ignore[method-assign]  # fold by hand below
     kb.upsert_many([{"id": f"n{i}", "text": f"rewritten note {i} about zookeeper"} for i in range(30)])
     kb.add_many([{"id": f"m{i}", "text": f"more about zookeeper {i}"} for i in range(70)])
     kb.delete_many(["n3", "m5"])
     kb.backend._text._work()
     _, head = kb.backend._changes.log_bounds()
-    assert len(writers) == 1 and len(commits) >= 3 and commits[-1] == head  # several commits, one writer
+    time.sleep(0.1)
+    # the waiting process got the folder between two commits, not after the last one
+    assert events.count("commit") >= 5 and events.index("other") < len(events) - 2, events
     index = kb.backend._text.current()
     assert index.seq == head
     assert sorted(index.all_rowids()) == sorted(kb.backend._changes.item_rowids())  # no duplicates

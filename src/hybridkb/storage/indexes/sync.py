@@ -276,14 +276,14 @@ class TextIndexSync:
                             self._index = index
                             self._delta = TextDelta(base_seq=index.seq, seq=index.seq)
                         index = self._index
-            with self._exclusive():
-                if index is None or not self._joins(index):
+            if index is None or not self._joins(index):
+                with self._exclusive():
                     index = self._open()  # another process may have built it meanwhile
                     if index is None or not self._joins(index):
                         # Not installed as this process's search handle (that needs self._lock):
                         # searches reopen the folder when its generation changes.
                         index = self._build(no_progress)
-                self._fold(index)
+            self._fold(index)
 
     def _joins(self, index: TextIndex) -> bool:
         """The log holds every change after the index's sequence (a replay can catch up)."""
@@ -291,28 +291,49 @@ class TextIndexSync:
         return oldest - 1 <= index.seq <= head
 
     def _fold(self, index: TextIndex) -> None:
-        """Commit the logged changes into `index` (under the file lock), through one tantivy
-        writer for as long as writes keep coming."""
-        oldest, head = self.source.log_bounds()
-        if index.seq >= head or index.seq < oldest - 1:
-            return
-        with index.writing() as writer:
-            while not self._closed:
-                oldest, head = self.source.log_bounds()
-                if index.seq >= head or index.seq < oldest - 1:
-                    return
-                # A commit costs ~100 ms however small: under a stream of small writes, wait a
-                # little so one commit takes many of them (searches meanwhile read the delta).
-                # Behind a bulk load, commit at once: each commit then takes FOLD_BATCH.
-                wait = COMMIT_INTERVAL_S - (time.monotonic() - self._last_commit)
-                if wait > 0 and head - index.seq < FOLD_BATCH:
-                    time.sleep(wait)
-                    continue
-                rowids, reached = self.source.changed_since(index.seq, FOLD_BATCH)
-                docs = self.source.text_docs(rowids)
+        """Commit the logged changes into `index`, one commit per hold of the file lock: a
+        process waiting for the folder (its search found too much to read as a delta) gets
+        it between two commits, not after the whole of a bulk load."""
+        while not self._closed:
+            _, head = self.source.log_bounds()
+            if index.seq >= head:
+                return
+            # A commit costs ~100 ms however small: under a stream of small writes, wait a
+            # little so one commit takes many of them (searches meanwhile read the delta).
+            # Behind a bulk load, commit at once: each commit then takes FOLD_BATCH.
+            wait = COMMIT_INTERVAL_S - (time.monotonic() - self._last_commit)
+            if wait > 0 and head - index.seq < FOLD_BATCH:
+                time.sleep(wait)
+                continue
+            # Read the batch before taking the lock: a process blocked on it gets its turn
+            # meanwhile (flock is not fair: re-locking at once could starve it).
+            seq = index.seq
+            oldest, head = self.source.log_bounds()
+            if seq < oldest - 1:
+                return  # the log no longer joins it: the next search rebuilds
+            rowids, reached = self.source.changed_since(seq, FOLD_BATCH)
+            docs = self.source.text_docs(rowids)
+            with self._exclusive():
+                if not self._refresh(index):
+                    return  # rebuilt by another process: the next search reopens it
+                if index.seq != seq:
+                    continue  # another process committed meanwhile: read again after it
                 present = {d.rowid for d in docs}
-                writer.apply(docs, [r for r in rowids if r not in present], reached)
-                self._last_commit = time.monotonic()
+                index.apply(docs, [r for r in rowids if r not in present], reached)
+            self._last_commit = time.monotonic()
+            time.sleep(0.005)  # a waiter woken by the unlock takes the lock before the next batch
+
+    def _refresh(self, index: TextIndex) -> bool:
+        """Under the file lock: `index` sees the last commit of any process; False when the
+        folder now holds another generation (or none)."""
+        if self.folder is None:
+            return True
+        state = read_state(self.folder)
+        if state is None or state.get("generation") != index.generation:
+            return False
+        if state["seq"] != index.seq:
+            index.reload()
+        return True
 
     def close(self, timeout: float = 30.0) -> None:
         """Let a running background commit finish (its work is kept), start no other: the

@@ -16,7 +16,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -174,32 +174,33 @@ class TextIndex:
         deletes (a rebuild into an empty index). Returns how many documents were added."""
         # A rebuild indexes every item: two indexing threads took a fifth off its time
         # (50k items, 2 busy cores); small catch-ups keep one.
-        with self.writing(threads=2 if fresh else 1) as writer:
-            return writer.apply(docs, removed, seq, fresh=fresh)
-
-    @contextlib.contextmanager
-    def writing(self, *, threads: int = 1) -> Iterator[TextWriter]:
-        """One tantivy writer for several commits (a catch-up that follows a bulk load
-        commits every half second: a writer per commit waited each time for its merges).
-        Holds tantivy's writer lock: open it only under the folder's lock file (sync.py)."""
-        writer = self._index.writer(heap_size=_WRITER_HEAP * threads, num_threads=threads)
+        writer = self._index.writer(heap_size=_WRITER_HEAP * (2 if fresh else 1),
+                                    num_threads=2 if fresh else 1)
+        added = 0
         try:
-            yield TextWriter(self, writer)
-            writer.wait_merging_threads()  # consumes the writer (tantivy-py)
+            if not fresh:
+                for rowid in removed:
+                    writer.delete_documents_by_term("rowid", int(rowid))
+            for doc in docs:
+                if not fresh:
+                    writer.delete_documents_by_term("rowid", doc.rowid)
+                writer.add_document(ts.to_document(doc, self.title_repeat))
+                added += 1
+            writer.commit()
+            writer.wait_merging_threads()
         except BaseException:
             with contextlib.suppress(Exception):
                 writer.rollback()
             raise
         finally:
             del writer  # drops tantivy's writer lock for other processes
-
-    def _committed(self, seq: int) -> None:
         # Reload before the new sequence shows: a search that sees the sequence (and drops
         # those writes from its delta) must also see the commit.
         self._index.reload()
         self._forget_statistics()
         self._state = {**self._state, "seq": int(seq)}
         self._write_state()
+        return added
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -293,31 +294,6 @@ class TextIndex:
         """Documents holding an analyzed form of `word` (scoped BM25 statistics start here)."""
         toks = self._analyzer.analyze(word)
         return int(self._index.searcher().doc_freq("body", toks[0])) if toks else 0
-
-
-class TextWriter:
-    """Commits into one TextIndex through one open tantivy writer (TextIndex.writing)."""
-
-    def __init__(self, index: TextIndex, writer: Any) -> None:
-        self._index = index
-        self._writer = writer
-
-    def apply(self, docs: Iterable[ts.TextDoc], removed: Iterable[int], seq: int,
-              *, fresh: bool = False) -> int:
-        """TextIndex.apply through this writer: the documents, a commit, `seq` recorded."""
-        writer, added = self._writer, 0
-        if not fresh:
-            for rowid in removed:
-                writer.delete_documents_by_term("rowid", int(rowid))
-        repeat = self._index.title_repeat
-        for doc in docs:
-            if not fresh:
-                writer.delete_documents_by_term("rowid", doc.rowid)
-            writer.add_document(ts.to_document(doc, repeat))
-            added += 1
-        writer.commit()
-        self._index._committed(seq)
-        return added
 
 
 def read_state(folder: Path) -> dict[str, Any] | None:
