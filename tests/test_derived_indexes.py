@@ -284,3 +284,36 @@ def test_a_background_catch_up_lets_other_processes_in_between_commits(
     found = kb.search("zookeeper", mode="fts", limit=200).ids
     assert len(found) == 98 and "n3" not in found and "m5" not in found
     kb.close()
+
+
+def test_closing_the_store_stops_a_background_build(db: Path) -> None:
+    kb = open_kb(db)
+    kb.add_many(ITEMS)
+    wait_for_text_worker(kb)
+    kb.close()
+    shutil.rmtree(db.with_name(db.name + ".idx") / "text")  # e.g. lost: the next write rebuilds it
+    kb = open_kb(db)
+    sync = kb.backend._text
+    started = []
+    real_iter = kb.backend._changes.iter_text_docs
+
+    def slow_docs(batch_size: int):  # type: ignore[no-untyped-def]
+        for batch in real_iter(1):  # one item a batch, 50 ms each: a build of 1.5 s
+            started.append(True)
+            time.sleep(0.05)
+            yield batch
+
+    kb.backend._changes.iter_text_docs = slow_docs  # type: ignore[method-assign]
+    kb.add("a write kicks the background build", id="kick")
+    deadline = time.monotonic() + 10
+    while not started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    begun = time.monotonic()
+    kb.close()
+    assert time.monotonic() - begun < 1.0  # stopped at its next batch, not run to the end
+    assert sync._worker is not None and not sync._worker.is_alive() and sync.rebuilds == 0
+    again = open_kb(db)
+    assert len(again.search("kafka", mode="fts", limit=50).hits) == 15
+    assert again.search("kicks background", mode="fts").ids == ["kick"]
+    assert again.backend.integrity_problems() == []
+    again.close()

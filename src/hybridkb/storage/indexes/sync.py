@@ -282,7 +282,7 @@ class TextIndexSync:
                     if index is None or not self._joins(index):
                         # Not installed as this process's search handle (that needs self._lock):
                         # searches reopen the folder when its generation changes.
-                        index = self._build(no_progress)
+                        index = self._build(no_progress, stoppable=True)
             self._fold(index)
 
     def _joins(self, index: TextIndex) -> bool:
@@ -351,8 +351,11 @@ class TextIndexSync:
         self._delta = TextDelta(base_seq=index.seq, seq=index.seq)
         return index
 
-    def _build(self, progress: ProgressFactory) -> TextIndex:
-        """A new index from every item (call under the file lock)."""
+    def _build(self, progress: ProgressFactory, *, stoppable: bool = False) -> TextIndex:
+        """A new index from every item (call under the file lock). A `stoppable` build (the
+        background one) gives up when the store closes: tantivy's threads must not outlive
+        the interpreter; the folder is then left empty at sequence 0, and the next search
+        replays or rebuilds."""
         _, head = self.source.log_bounds()  # read first: later changes are replayed after
         index = TextIndex.create(self.folder, self.source.store_id, title_repeat=self.title_repeat)
         total = self.source.item_count()
@@ -360,6 +363,8 @@ class TextIndexSync:
         def docs() -> Iterator[TextDoc]:
             with progress(total, "text index") as bar:
                 for batch in self.source.iter_text_docs(2000):
+                    if stoppable and self._closed:
+                        raise RuntimeError("store closed during a background text index build")
                     yield from batch
                     bar.update(len(batch))
 
