@@ -140,6 +140,8 @@ def test_apply_replaces_and_removes_by_rowid(index: TextIndex) -> None:
 def test_reopen_reads_seq_and_refuses_foreign_or_broken(tmp_path: Path) -> None:
     folder = tmp_path / "idx" / "text"
     idx = TextIndex.create(folder, "store-1")
+    with pytest.raises(IndexUnusable):  # not an index before its first commit (a build under way)
+        TextIndex.open(folder, "store-1")
     idx.apply(DOCS[:2], (), seq=12, fresh=True)
     again = TextIndex.open(folder, "store-1")
     assert again.seq == 12 and sorted(again.all_rowids()) == [1, 2]

@@ -65,16 +65,16 @@ class TextIndex:
     @classmethod
     def create(cls, folder: Path | None, store_id: str, *, title_repeat: int = ts.TITLE_REPEAT
                ) -> TextIndex:
-        """A new, empty index (an existing folder is wiped first)."""
+        """A new, empty index (an existing folder is wiped first). Its state file is written
+        by its first commit: until then the folder is no index to open (a build under way,
+        or one that stopped, is never taken for an empty index)."""
         state = {**_format(title_repeat), "store": store_id, "seq": 0, "generation": uuid.uuid4().hex}
         if folder is None:
             return cls(tantivy.Index(ts.build_schema()), None, state)
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
-        index = cls(tantivy.Index(ts.build_schema(), path=str(folder), reuse=False), folder, state)
-        index._write_state()
-        return index
+        return cls(tantivy.Index(ts.build_schema(), path=str(folder), reuse=False), folder, state)
 
     @classmethod
     def open(cls, folder: Path, store_id: str, *, title_repeat: int = ts.TITLE_REPEAT) -> TextIndex:
