@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import os
 import threading
 import time
 import weakref
@@ -45,10 +44,11 @@ COMMIT_INTERVAL_S = 0.5  # background commits of one process at most this often
 FOLD_BATCH = DELTA_MAX
 
 
-# The background thread runs at this nice value (Linux: per thread, and tantivy's indexing
-# and merge threads started from it inherit it): on a busy machine a bulk load's writer
-# keeps the CPU, and the index uses what is left; a search that needs the index waits for
-# at most one background commit, then catches up at its own priority (_foreground).
+# tantivy's indexing and merge threads of background work run at this nice value
+# (TextIndex.apply): on a busy machine a bulk load's writer keeps the CPU and the index
+# uses what is left; a search that needs the index waits for at most one background
+# commit, then catches up at its own priority (_foreground). The Python thread keeps its
+# priority: at a low one, holding the GIL, it would make the writer wait for it.
 BACKGROUND_NICE = 10
 
 # The background thread's Python work (reading rows, building documents) gives the GIL up
@@ -309,8 +309,6 @@ class TextIndexSync:
         # Lock order: self._lock is never held while waiting for the file lock here (a search
         # holds self._lock and may wait for the file lock: the other order would deadlock).
         with contextlib.suppress(Exception):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
-        with contextlib.suppress(Exception):
             with self._lock:
                 index = self._index
             if index is None:
@@ -369,7 +367,8 @@ class TextIndexSync:
                 if index.seq != seq:
                     continue  # another process committed meanwhile: read again after it
                 present = {d.rowid for d in docs}
-                index.apply(_yielding(docs), [r for r in rowids if r not in present], reached)
+                index.apply(_yielding(docs), [r for r in rowids if r not in present], reached,
+                            nice=BACKGROUND_NICE)
             self._last_commit = time.monotonic()
             time.sleep(0.005)  # a waiter woken by the unlock takes the lock before the next batch
 
@@ -419,7 +418,7 @@ class TextIndexSync:
                     yield from batch
                     bar.update(len(batch))
 
-        index.apply(docs(), (), head, fresh=True)
+        index.apply(docs(), (), head, fresh=True, nice=BACKGROUND_NICE if stoppable else 0)
         self.rebuilds += 1
         return index
 
