@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from ...progress import ProgressFactory, no_progress
-from .text import IndexUnusable, TextIndex, read_state
+from .text import STATE_FILE, IndexUnusable, TextIndex, read_state
 from .text_delta import TextDelta
 from .text_schema import TITLE_REPEAT, TextDoc
 
@@ -440,6 +440,8 @@ class TextIndexSync:
         never built: the next search builds it)."""
         if self.folder is None or not self.folder.exists():
             return []
+        if not (self.folder / STATE_FILE).exists():
+            return []  # a build that never finished (stopped, or its process killed): never built
         try:
             index = TextIndex.open(self.folder, self.source.store_id, title_repeat=self.title_repeat)
         except IndexUnusable as exc:
