@@ -263,6 +263,7 @@ def test_a_background_catch_up_lets_other_processes_in_between_commits(
 
     def apply(self: TextIndex, *args: object, **options: object) -> int:
         events.append("commit")
+        assert options.get("nice") == sync_module.BACKGROUND_NICE  # tantivy's threads niced
         if events.count("commit") == 1:  # waits from the first commit on
             threading.Thread(target=other_process).start()
             time.sleep(0.05)

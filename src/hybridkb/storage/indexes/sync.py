@@ -37,10 +37,10 @@ REBUILD_SHARE = 0.5
 # Pending rowids a search scores itself (text_delta.py) before it waits for a commit.
 DELTA_MAX = 2_000
 COMMIT_INTERVAL_S = 0.5  # background commits of one process at most this often
-# Changes a background commit takes at most, as many as a search scores itself: behind a
-# bulk load the index is then about one such batch behind when the load ends, so the first
-# search waits for one commit at most. Below tantivy's indexing queue (10,000 documents),
-# so adding a document never waits for its indexing thread while holding the GIL.
+# Changes a background commit takes at most, as many as a search scores itself: when the
+# index keeps up with a bulk load, it is about one such batch behind when the load ends,
+# and the first search waits for the current commit at most. Below tantivy's indexing
+# queue (10,000 documents), so adding a document never waits while holding the GIL.
 FOLD_BATCH = DELTA_MAX
 
 
@@ -52,9 +52,8 @@ FOLD_BATCH = DELTA_MAX
 BACKGROUND_NICE = 10
 
 # The background thread's Python work (reading rows, building documents) gives the GIL up
-# every this many documents. A thread that holds the GIL for long stretches makes the
-# writer wait up to the switch interval (5 ms) each time one of its SQLite calls returns,
-# hundreds of times a batch: measured, a bulk load ran at a third of its speed.
+# every this many documents: a thread holding it for long stretches can make the writer
+# wait up to the switch interval (5 ms) each time one of its SQLite calls returns.
 _YIELD_EVERY = 16
 
 
@@ -404,7 +403,8 @@ class TextIndexSync:
         """A new index from every item (call under the file lock). A `stoppable` build (the
         background one) gives up when the store closes (tantivy's threads must not outlive
         the interpreter) or a search waits for it (it builds at its own priority, with its
-        progress bar); the folder is then left empty at sequence 0, replayed or rebuilt."""
+        progress bar); the folder then has no state file: no index (`problems` says never
+        built), rebuilt by the next search."""
         _, head = self.source.log_bounds()  # read first: later changes are replayed after
         index = TextIndex.create(self.folder, self.source.store_id, title_repeat=self.title_repeat)
         total = self.source.item_count()
