@@ -10,6 +10,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -209,3 +210,112 @@ def test_the_log_is_pruned_behind_both_indexes_and_they_still_catch_up(db: Path)
     assert other.search("prometheus", mode="fts").ids == ["after"]
     other.close()
     kb.close()
+
+
+def wait_for_text_worker(kb: KnowledgeBase) -> None:
+    worker = kb.backend._text._worker
+    if worker is not None:
+        worker.join(60)
+        assert not worker.is_alive()
+
+
+def test_a_bulk_load_is_indexed_behind_the_writer_not_by_the_first_search(db: Path) -> None:
+    kb = open_kb(db)
+    assert kb.backend._text.disk_seq() is None  # no index before the first write
+    kb.add_many([{"id": f"b{i}", "text": f"bulk item {i} about {'kafka' if i % 2 else 'redis'}"}
+                 for i in range(600)], batch_size=50)
+    wait_for_text_worker(kb)
+    _, head = kb.backend._changes.log_bounds()
+    # built in the background from the first batch, then fed each committed batch
+    assert kb.backend._text.disk_seq() == head
+    assert kb.backend._text.rebuilds == 1
+    assert len(kb.search("kafka", mode="fts", limit=500).hits) == 300
+    assert kb.backend._text.rebuilds == 1  # the search built nothing
+    assert len(kb.backend._text.view()[1]) == 0  # nor read a delta
+    assert kb.backend.integrity_problems() == []
+    kb.close()
+
+
+def test_a_background_catch_up_lets_other_processes_in_between_commits(
+        db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fcntl
+    import threading
+
+    from hybridkb.storage.indexes import sync as sync_module
+    from hybridkb.storage.indexes.text import TextIndex
+
+    kb = open_kb(db)
+    kb.add_many(ITEMS)
+    kb.backend._text.current()
+    wait_for_text_worker(kb)
+    monkeypatch.setattr(sync_module, "FOLD_BATCH", 20)
+    lock_path = kb.backend._text._lock_path
+    assert lock_path is not None
+    events: list[str] = []
+    real_apply = TextIndex.apply
+
+    def other_process() -> None:  # blocks on the folder's lock as another process would
+        with open(lock_path, "a+b") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            events.append("other")
+            time.sleep(0.02)
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    def apply(self: TextIndex, *args: object, **options: object) -> int:
+        events.append("commit")
+        assert options.get("nice") == sync_module.BACKGROUND_NICE  # tantivy's threads niced
+        if events.count("commit") == 1:  # waits from the first commit on
+            threading.Thread(target=other_process).start()
+            time.sleep(0.05)
+        return real_apply(self, *args, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(TextIndex, "apply", apply)
+    kb.backend._text._start_worker = lambda: None  # type: ignore[method-assign]  # fold by hand below
+    kb.upsert_many([{"id": f"n{i}", "text": f"rewritten note {i} about zookeeper"} for i in range(30)])
+    kb.add_many([{"id": f"m{i}", "text": f"more about zookeeper {i}"} for i in range(70)])
+    kb.delete_many(["n3", "m5"])
+    kb.backend._text._work()
+    _, head = kb.backend._changes.log_bounds()
+    time.sleep(0.1)
+    # the waiting process got the folder between two commits, not after the last one
+    assert events.count("commit") >= 5 and events.index("other") < len(events) - 2, events
+    index = kb.backend._text.current()
+    assert index.seq == head
+    assert sorted(index.all_rowids()) == sorted(kb.backend._changes.item_rowids())  # no duplicates
+    found = kb.search("zookeeper", mode="fts", limit=200).ids
+    assert len(found) == 98 and "n3" not in found and "m5" not in found
+    kb.close()
+
+
+def test_closing_the_store_stops_a_background_build(db: Path) -> None:
+    kb = open_kb(db)
+    kb.add_many(ITEMS)
+    wait_for_text_worker(kb)
+    kb.close()
+    shutil.rmtree(db.with_name(db.name + ".idx") / "text")  # e.g. lost: the next write rebuilds it
+    kb = open_kb(db)
+    sync = kb.backend._text
+    started = []
+    real_iter = kb.backend._changes.iter_text_docs
+
+    def slow_docs(batch_size: int):  # type: ignore[no-untyped-def]
+        for batch in real_iter(1):  # one item a batch, 50 ms each: a build of 1.5 s
+            started.append(True)
+            time.sleep(0.05)
+            yield batch
+
+    kb.backend._changes.iter_text_docs = slow_docs  # type: ignore[method-assign]
+    kb.add("a write kicks the background build", id="kick")
+    deadline = time.monotonic() + 10
+    while not started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    begun = time.monotonic()
+    kb.close()
+    assert time.monotonic() - begun < 1.0  # stopped at its next batch, not run to the end
+    assert sync._worker is not None and not sync._worker.is_alive() and sync.rebuilds == 0
+    again = open_kb(db)
+    assert again.backend.integrity_problems() == []  # the unfinished build is no damage
+    assert len(again.search("kafka", mode="fts", limit=50).hits) == 15
+    assert again.search("kicks background", mode="fts").ids == ["kick"]
+    assert again.backend.integrity_problems() == []
+    again.close()
