@@ -95,10 +95,6 @@ def vector_results_of(kb: KnowledgeBase) -> list[list[str]]:
 
 
 def assert_same_store(a: KnowledgeBase, b: KnowledgeBase, *, vectors: bool = True) -> None:
-    # Settled stores: writes the text index has not committed yet are scored by its delta,
-    # with exact lengths where tantivy keeps one lossy byte (a few tenths of a percent here).
-    a.optimize()
-    b.optimize()
     assert items_of(a) == items_of(b)
     if type(a.backend) is type(b.backend):
         assert results_of(a) == results_of(b)

@@ -288,11 +288,7 @@ def _index(kb: KnowledgeBase, data: Dataset, corpus: str, vectors: np.ndarray[An
     start = time.perf_counter()
     with progress(len(items), "indexing") as bar:
         kb.add_many(items, batch_size=500, progress=bar.update)
-    seconds = time.perf_counter() - start
-    # Every query scored by the settled indexes: the text index is fed in the background
-    # during the load, and writes it has not committed yet would be scored by its delta.
-    kb.optimize()
-    return seconds
+    return time.perf_counter() - start
 
 
 def _run_row(

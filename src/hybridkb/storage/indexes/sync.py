@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from ...progress import ProgressFactory, no_progress
-from .text import STATE_FILE, IndexUnusable, TextIndex, read_state
+from .text import IndexUnusable, TextIndex, read_state
 from .text_delta import TextDelta
 from .text_schema import TITLE_REPEAT, TextDoc
 
@@ -37,31 +37,6 @@ REBUILD_SHARE = 0.5
 # Pending rowids a search scores itself (text_delta.py) before it waits for a commit.
 DELTA_MAX = 2_000
 COMMIT_INTERVAL_S = 0.5  # background commits of one process at most this often
-# Changes a background commit takes at most, as many as a search scores itself: when the
-# index keeps up with a bulk load, it is about one such batch behind when the load ends,
-# and the first search waits for the current commit at most. Below tantivy's indexing
-# queue (10,000 documents), so adding a document never waits while holding the GIL.
-FOLD_BATCH = DELTA_MAX
-
-
-# tantivy's indexing and merge threads of background work run at this nice value
-# (TextIndex.apply): on a busy machine a bulk load's writer keeps the CPU and the index
-# uses what is left; a search that needs the index waits for at most one background
-# commit, then catches up at its own priority (_foreground). The Python thread keeps its
-# priority: at a low one, holding the GIL, it would make the writer wait for it.
-BACKGROUND_NICE = 10
-
-# The background thread's Python work (reading rows, building documents) gives the GIL up
-# every this many documents: a thread holding it for long stretches can make the writer
-# wait up to the switch interval (5 ms) each time one of its SQLite calls returns.
-_YIELD_EVERY = 16
-
-
-def _yielding(docs: Sequence[TextDoc]) -> Iterator[TextDoc]:
-    for i, doc in enumerate(docs, 1):
-        yield doc
-        if i % _YIELD_EVERY == 0:
-            time.sleep(0)
 
 
 class _Closable(Protocol):
@@ -149,8 +124,6 @@ class TextIndexSync:
         self._worker: threading.Thread | None = None
         self._closed = False
         self._last_commit = 0.0
-        self._waiting = 0  # searches waiting for the folder's lock: a background catch-up yields
-        self._waiting_lock = threading.Lock()
         self.rebuilds = 0  # how many rebuilds this process ran (for tests and `check`)
         close_at_exit(self)
 
@@ -178,28 +151,6 @@ class TextIndexSync:
             finally:
                 self._held.depth = 0
 
-    @contextlib.contextmanager
-    def _foreground(self) -> Iterator[None]:
-        """The folder's lock for a search (or check) that cannot answer without it: a
-        background catch-up gives way after its current commit (or build batch)."""
-        with self._waiting_lock:
-            self._waiting += 1
-        counted = True
-        try:
-            with self._exclusive():
-                with self._waiting_lock:
-                    self._waiting -= 1
-                counted = False
-                yield
-        finally:
-            if counted:
-                with self._waiting_lock:
-                    self._waiting -= 1
-
-    def _yield(self) -> bool:
-        """A background step stops here: the store closes or a search waits for the folder."""
-        return self._closed or self._waiting > 0
-
     def view(self) -> tuple[TextIndex, TextDelta]:
         """The committed index and the delta of later writes, together every committed write."""
         with self._lock:
@@ -214,7 +165,7 @@ class TextIndexSync:
             while delta.seq < head:
                 changes, reached = self.source.text_changes(delta.seq, DELTA_MAX + 1)
                 if len(delta) + len(changes) > DELTA_MAX:
-                    with self._foreground():  # too much for the delta: commit before answering
+                    with self._exclusive():  # too much for the delta: commit before answering
                         index = self._catch_up()
                     return index, self._delta
                 docs = self.source.text_docs(list(dict.fromkeys(r for _, r in changes)))
@@ -223,7 +174,7 @@ class TextIndexSync:
                 if self.background:
                     self._start_worker()
                 else:
-                    with self._foreground():
+                    with self._exclusive():
                         index = self._catch_up()
             return index, self._delta
 
@@ -234,7 +185,7 @@ class TextIndexSync:
             _, head = self.source.log_bounds()
             if index.seq >= head:
                 return index
-            with self._foreground():
+            with self._exclusive():
                 return self._catch_up()
 
     def _usable(self) -> TextIndex:
@@ -252,7 +203,7 @@ class TextIndexSync:
             index = self._open()
         oldest, head = self.source.log_bounds()
         if index is None or index.seq < oldest - 1 or index.seq > head:
-            with self._foreground():
+            with self._exclusive():
                 index = self._open()  # another process may have rebuilt it meanwhile
                 oldest, head = self.source.log_bounds()
                 if index is None or index.seq < oldest - 1 or index.seq > head:
@@ -296,9 +247,8 @@ class TextIndexSync:
 
     def kick(self) -> None:
         """After a write: fold it into the index in the background, so searches find a small
-        delta. A store with no usable index on disk gets one built here, behind the writer
-        (from the items written so far, then fed as more are committed): a bulk load is
-        searchable by text as soon as it ends, not after a rebuild by its first search."""
+        delta. Only an index that exists is updated this way; a missing one is built by
+        the next search (with its progress bar), never behind a writer's back."""
         if self.background:
             self._start_worker()
 
@@ -312,76 +262,32 @@ class TextIndexSync:
                 index = self._index
             if index is None:
                 index = self._open()
-                if index is None and self.folder is None:
-                    return  # in memory: the first search builds it
-                if index is not None:
-                    with self._lock:
-                        if self._index is None:
-                            self._index = index
-                            self._delta = TextDelta(base_seq=index.seq, seq=index.seq)
-                        index = self._index
-            if index is None or not self._joins(index):
-                with self._exclusive():
-                    index = self._open()  # another process may have built it meanwhile
-                    if index is None or not self._joins(index):
-                        # Not installed as this process's search handle (that needs self._lock):
-                        # searches reopen the folder when its generation changes.
-                        index = self._build(no_progress, stoppable=True)
-            self._fold(index)
-
-    def _joins(self, index: TextIndex) -> bool:
-        """The log holds every change after the index's sequence (a replay can catch up)."""
-        oldest, head = self.source.log_bounds()
-        return oldest - 1 <= index.seq <= head
+                if index is None:
+                    return
+                with self._lock:
+                    if self._index is None:
+                        self._index = index
+                        self._delta = TextDelta(base_seq=index.seq, seq=index.seq)
+                    index = self._index
+            with self._exclusive():
+                self._fold(index)
 
     def _fold(self, index: TextIndex) -> None:
-        """Commit the logged changes into `index`, one commit per hold of the file lock: a
-        process waiting for the folder (its search found too much to read as a delta) gets
-        it between two commits, not after the whole of a bulk load."""
-        while not self._yield():
-            _, head = self.source.log_bounds()
-            if index.seq >= head:
-                return
-            # A commit costs ~100 ms however small: under a stream of small writes, wait a
-            # little so one commit takes many of them (searches meanwhile read the delta).
-            # Behind a bulk load, commit at once: each commit then takes FOLD_BATCH.
-            wait = COMMIT_INTERVAL_S - (time.monotonic() - self._last_commit)
-            if wait > 0 and head - index.seq < FOLD_BATCH:
-                time.sleep(wait)
-                continue
-            # Read the batch before taking the lock: a process blocked on it gets its turn
-            # meanwhile (flock is not fair: re-locking at once could starve it).
-            seq = index.seq
+        """Commit the logged changes into `index` (under the file lock)."""
+        while not self._closed:
             oldest, head = self.source.log_bounds()
-            if seq < oldest - 1:
-                return  # the log no longer joins it: the next search rebuilds
-            rowids, reached = self.source.changed_since(seq, FOLD_BATCH)
-            docs: list[TextDoc] = []
-            for at in range(0, len(rowids), _YIELD_EVERY):
-                docs += self.source.text_docs(rowids[at: at + _YIELD_EVERY])
-                time.sleep(0)  # lets the writer have the GIL back (see _yielding)
-            with self._exclusive():
-                if not self._refresh(index):
-                    return  # rebuilt by another process: the next search reopens it
-                if index.seq != seq:
-                    continue  # another process committed meanwhile: read again after it
-                present = {d.rowid for d in docs}
-                index.apply(_yielding(docs), [r for r in rowids if r not in present], reached,
-                            nice=BACKGROUND_NICE)
+            if index.seq >= head or index.seq < oldest - 1:
+                return
+            # A commit costs ~100 ms however small: under a stream of writes, wait a little
+            # so one commit takes many of them (searches meanwhile read the delta).
+            if time.monotonic() - self._last_commit < COMMIT_INTERVAL_S:
+                time.sleep(COMMIT_INTERVAL_S)
+                continue
+            rowids, reached = self.source.changed_since(index.seq, CATCH_UP_BATCH)
+            docs = self.source.text_docs(rowids)
+            present = {d.rowid for d in docs}
+            index.apply(docs, [r for r in rowids if r not in present], reached)
             self._last_commit = time.monotonic()
-            time.sleep(0.005)  # a waiter woken by the unlock takes the lock before the next batch
-
-    def _refresh(self, index: TextIndex) -> bool:
-        """Under the file lock: `index` sees the last commit of any process; False when the
-        folder now holds another generation (or none)."""
-        if self.folder is None:
-            return True
-        state = read_state(self.folder)
-        if state is None or state.get("generation") != index.generation:
-            return False
-        if state["seq"] != index.seq:
-            index.reload()
-        return True
 
     def close(self, timeout: float = 30.0) -> None:
         """Let a running background commit finish (its work is kept), start no other: the
@@ -392,34 +298,21 @@ class TextIndexSync:
             worker.join(timeout)
 
     def rebuild(self) -> TextIndex:
-        """A new index from every item, published when complete, and this process's handle
-        from now on (call under self._lock and the file lock)."""
-        index = self._build(self.progress)
-        self._index = index
-        self._delta = TextDelta(base_seq=index.seq, seq=index.seq)
-        return index
-
-    def _build(self, progress: ProgressFactory, *, stoppable: bool = False) -> TextIndex:
-        """A new index from every item (call under the file lock). A `stoppable` build (the
-        background one) gives up when the store closes (tantivy's threads must not outlive
-        the interpreter) or a search waits for it (it builds at its own priority, with its
-        progress bar); the folder then has no state file: no index (`problems` says never
-        built), rebuilt by the next search."""
+        """A new index from every item, published when complete (call under the file lock)."""
         _, head = self.source.log_bounds()  # read first: later changes are replayed after
         index = TextIndex.create(self.folder, self.source.store_id, title_repeat=self.title_repeat)
         total = self.source.item_count()
 
         def docs() -> Iterator[TextDoc]:
-            with progress(total, "text index") as bar:
+            with self.progress(total, "text index") as bar:
                 for batch in self.source.iter_text_docs(2000):
-                    if stoppable and self._yield():
-                        raise RuntimeError("background text index build stopped: store closed "
-                                           "or a search builds it")
                     yield from batch
                     bar.update(len(batch))
 
-        index.apply(docs(), (), head, fresh=True, nice=BACKGROUND_NICE if stoppable else 0)
+        index.apply(docs(), (), head, fresh=True)
         self.rebuilds += 1
+        self._index = index
+        self._delta = TextDelta(base_seq=index.seq, seq=index.seq)
         return index
 
     def disk_seq(self) -> int | None:
@@ -431,7 +324,7 @@ class TextIndexSync:
 
     def rebuild_now(self) -> TextIndex:
         """Rebuild from the items whatever state the index is in (`check --repair`)."""
-        with self._lock, self._foreground():
+        with self._lock, self._exclusive():
             self.rebuild()
             return self._catch_up()
 
@@ -440,8 +333,6 @@ class TextIndexSync:
         never built: the next search builds it)."""
         if self.folder is None or not self.folder.exists():
             return []
-        if not (self.folder / STATE_FILE).exists():
-            return []  # a build that never finished (stopped, or its process killed): never built
         try:
             index = TextIndex.open(self.folder, self.source.store_id, title_repeat=self.title_repeat)
         except IndexUnusable as exc:

@@ -15,7 +15,6 @@ import dataclasses
 import json
 import os
 import shutil
-import threading
 import uuid
 from collections.abc import Iterable, Sequence
 from operator import itemgetter
@@ -66,16 +65,16 @@ class TextIndex:
     @classmethod
     def create(cls, folder: Path | None, store_id: str, *, title_repeat: int = ts.TITLE_REPEAT
                ) -> TextIndex:
-        """A new, empty index (an existing folder is wiped first). Its state file is written
-        by its first commit: until then the folder is no index to open (a build under way,
-        or one that stopped, is never taken for an empty index)."""
+        """A new, empty index (an existing folder is wiped first)."""
         state = {**_format(title_repeat), "store": store_id, "seq": 0, "generation": uuid.uuid4().hex}
         if folder is None:
             return cls(tantivy.Index(ts.build_schema()), None, state)
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
-        return cls(tantivy.Index(ts.build_schema(), path=str(folder), reuse=False), folder, state)
+        index = cls(tantivy.Index(ts.build_schema(), path=str(folder), reuse=False), folder, state)
+        index._write_state()
+        return index
 
     @classmethod
     def open(cls, folder: Path, store_id: str, *, title_repeat: int = ts.TITLE_REPEAT) -> TextIndex:
@@ -169,15 +168,14 @@ class TextIndex:
     # -- writes ---------------------------------------------------------------------------------
 
     def apply(self, docs: Iterable[ts.TextDoc], removed: Iterable[int], seq: int,
-              *, fresh: bool = False, nice: int = 0) -> int:
+              *, fresh: bool = False) -> int:
         """Make the index hold `docs` (replacing any document of the same rowid) and no
         document of the `removed` rowids, then commit and record `seq`. `fresh` skips the
-        deletes (a rebuild into an empty index). `nice` > 0 runs tantivy's indexing and
-        merge threads at that nice value (background work). Returns how many documents
-        were added."""
+        deletes (a rebuild into an empty index). Returns how many documents were added."""
         # A rebuild indexes every item: two indexing threads took a fifth off its time
         # (50k items, 2 busy cores); small catch-ups keep one.
-        writer = self._writer(_WRITER_HEAP * (2 if fresh else 1), 2 if fresh else 1, nice)
+        writer = self._index.writer(heap_size=_WRITER_HEAP * (2 if fresh else 1),
+                                    num_threads=2 if fresh else 1)
         added = 0
         try:
             if not fresh:
@@ -203,30 +201,6 @@ class TextIndex:
         self._state = {**self._state, "seq": int(seq)}
         self._write_state()
         return added
-
-    def _writer(self, heap: int, threads: int, nice: int) -> Any:
-        """A tantivy writer; with `nice`, made on a helper thread of that nice value, so the
-        threads tantivy starts with it (indexing, merges) inherit it (Linux: nice is per
-        thread). The calling thread keeps its own priority: a Python thread at a low one
-        holding the GIL would make every other thread wait for it."""
-        if nice <= 0:
-            return self._index.writer(heap_size=heap, num_threads=threads)
-        made: dict[str, Any] = {}
-
-        def make() -> None:
-            with contextlib.suppress(OSError, AttributeError):  # elsewhere: default priority
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
-            try:
-                made["writer"] = self._index.writer(heap_size=heap, num_threads=threads)
-            except BaseException as exc:
-                made["error"] = exc
-
-        helper = threading.Thread(target=make, name="hybridkb-text-writer")
-        helper.start()
-        helper.join()
-        if "error" in made:
-            raise made["error"]
-        return made["writer"]
 
     # -- reads ----------------------------------------------------------------------------------
 
