@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 import hybridkb
-from hybridkb import HashingEmbedder
+from hybridkb import HashingEmbedder, KnowledgeBase
 from hybridkb.cli import cli
 from hybridkb.storage.indexes import vector_base
 
@@ -85,3 +85,11 @@ def test_optimize_reports_the_codes_when_they_hold_recall(tmp_path: Path,
     assert folder is not None and (folder / "codes.u64").is_file() and not (folder / "ann.usearch").exists()
     meta = json.loads((folder / "meta.json").read_text())
     assert meta["ann"] is False and meta["codes"]["rescore"] == N
+
+
+def test_optimize_answers_a_dict_on_every_backend(kb: KnowledgeBase) -> None:
+    """PostgreSQL's backend optimizes in place and returns nothing: that raised a TypeError."""
+    kb.add("merge the BM25 blocks", id="a")
+    report = kb.optimize()
+    assert isinstance(report, dict)
+    assert kb.search("blocks", mode="fts").ids == ["a"]

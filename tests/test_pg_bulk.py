@@ -291,7 +291,7 @@ def test_packed_postings_follow_every_write_to_a_block(pg_url: str) -> None:
             psycopg.connect(pg_url, autocommit=True) as conn:
         kb.add_many(_items(0, 200), batch_size=200)
         kb.add_many(_items(500, 20), batch_size=10)
-        kb.delete([f"b{k}" for k in range(0, 200, 3)])
+        kb.delete_many([f"b{k}" for k in range(0, 200, 3)])
         kb.add_many([{"id": "b1", "text": "a river changed its course"}], replace=True)
         kb.backend.optimize()
         bad, total = conn.execute(differ).fetchone()

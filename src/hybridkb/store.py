@@ -497,7 +497,8 @@ class KnowledgeBase:
         fully up to date now, in the foreground, instead of leaving it to later searches
         and background threads. Returns what was done ({} when the backend derives none)."""
         optimize = getattr(self.backend, "optimize", None)
-        return dict(optimize()) if optimize is not None else {}
+        done = optimize() if optimize is not None else None  # PostgreSQL's returns nothing
+        return dict(done) if done else {}
 
     def check(self, *, repair: bool = False) -> dict[str, Any]:
         """The store's health: the database's own integrity check and the store's (items,
