@@ -122,3 +122,42 @@ def test_a_full_id_map_starts_over_without_losing_hits(tmp_path: Path, monkeypat
     assert {h.id for h in kb.search("heron", mode="fts", limit=20).hits} == (
         {f"n{i}" for i in range(6)} | {f"m{i}" for i in range(3)})
     kb.close()
+
+
+def test_another_processes_index_commit_is_seen_by_the_next_search(tmp_path: Path) -> None:
+    # A search reads the text index's state file only when a stat of it differs: another
+    # handle's commit (and its rebuild, a new generation) must still reach the next search.
+    reader, writer = open_kb(tmp_path / "kb.db"), open_kb(tmp_path / "kb.db")
+    writer.add_many([{"id": f"n{i}", "text": f"puffin note {i}"} for i in range(3)])
+    writer.backend._text.current()
+    assert len(reader.search("puffin", mode="fts").hits) == 3
+    first = reader.backend._text._index
+    assert first is not None
+    writer.add("puffin colony", id="late")
+    committed = writer.backend._text.current().seq
+    assert first.seq < committed
+    assert {h.id for h in reader.search("puffin", mode="fts").hits} == {"n0", "n1", "n2", "late"}
+    assert reader.backend._text._index is first and first.seq == committed  # reloaded, not a delta
+    rebuilt = writer.backend._text.rebuild_now()
+    reader.search("puffin", mode="fts")
+    now = reader.backend._text._index
+    assert now is not None and now.generation == rebuilt.generation != first.generation
+    reader.close()
+    writer.close()
+
+
+def test_the_state_file_is_read_again_when_replaced(tmp_path: Path) -> None:
+    import json
+    import os
+
+    from hybridkb.storage.indexes.text import STATE_FILE, StateReader
+
+    reader = StateReader(tmp_path)
+    assert reader.read() is None
+    for seq in range(1, 6):  # same size, written faster than the file clock may tick
+        tmp = tmp_path / "next.tmp"
+        tmp.write_text(json.dumps({"seq": seq}), encoding="utf-8")
+        os.replace(tmp, tmp_path / STATE_FILE)
+        assert reader.read() == {"seq": seq}
+        assert reader.read() == {"seq": seq}
+

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from ...progress import ProgressFactory, no_progress
-from .text import IndexUnusable, TextIndex, read_state
+from .text import IndexUnusable, StateReader, TextIndex, read_state
 from .text_delta import TextDelta
 from .text_schema import TITLE_REPEAT, TextDoc
 
@@ -125,6 +125,7 @@ class TextIndexSync:
         self._closed = False
         self._last_commit = 0.0
         self.rebuilds = 0  # how many rebuilds this process ran (for tests and `check`)
+        self._state = None if folder is None else StateReader(folder)  # read per search: by stat
         close_at_exit(self)
 
     @property
@@ -193,7 +194,7 @@ class TextIndexSync:
         another process rebuilt it, rebuilt when it is missing, broken or the log no longer
         joins it. Call under self._lock."""
         index = self._index
-        state = read_state(self.folder) if self.folder is not None else None
+        state = self._state.read() if self._state is not None else None
         if index is not None and self.folder is not None:
             if state is None or state.get("generation") != index.generation:
                 index = None
