@@ -161,3 +161,26 @@ def test_the_state_file_is_read_again_when_replaced(tmp_path: Path) -> None:
         assert reader.read() == {"seq": seq}
         assert reader.read() == {"seq": seq}
 
+
+def test_items_read_by_a_stale_rowid_are_the_right_ones(tmp_path: Path) -> None:
+    # get() reads the ids a search mapped by their rowids; another connection may have
+    # deleted an item, reused its rowid, or rewritten one since: each row's id is checked.
+    reader, writer = open_kb(tmp_path / "kb.db"), open_kb(tmp_path / "kb.db")
+    writer.add_many([{"id": "a", "text": "gannet one"}, {"id": "b", "text": "gannet two"},
+                     {"id": "c", "text": "gannet three", "ttl": 3600.0}])
+    assert len(reader.search("gannet", mode="fts").hits) == 3  # rowids of a, b, c known
+    old_b = rowid_of(writer, "b")
+    writer.delete_many(["c", "b"])
+    writer.add("gannet reborn", id="d")
+    writer.upsert("gannet one, rewritten", id="a")
+    assert rowid_of(writer, "d") == old_b
+    got = reader.backend.get(["a", "b", "c", "d"], include_expired=True, now=now_ts())
+    assert [(i.id, i.text) for i in got] == [("a", "gannet one, rewritten"), ("d", "gannet reborn")]
+    assert [i.id for i in reader.backend.get(["b", "c"], include_expired=True, now=now_ts())] == []
+    writer.add("gannet soon gone", id="e", ttl=3600.0)
+    assert len(reader.search("gannet", mode="fts").hits) == 3  # a, d, e: rowids known
+    later = now_ts() + 7200.0
+    assert [i.id for i in reader.backend.get(["a", "e"], include_expired=False, now=later)] == ["a"]
+    assert [i.id for i in reader.backend.get(["a", "e"], include_expired=True, now=later)] == ["a", "e"]
+    reader.close()
+    writer.close()

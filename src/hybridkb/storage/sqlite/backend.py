@@ -44,6 +44,7 @@ __all__ = ["BUSY_TIMEOUT_S", "DEFAULT_BM25_WEIGHTS", "SQLiteBackend", "filter_sq
 
 BUSY_TIMEOUT_S = 30.0
 _ITEM_COLUMNS = ", ".join(records.ITEM_COLUMNS)
+_EXPIRES_AT = records.ITEM_COLUMNS.index("expires_at")
 
 
 def _metadata_in(alias: str, key: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
@@ -369,7 +370,15 @@ class SQLiteBackend:
 
     def get(self, ids: Sequence[str], *, include_expired: bool, now: float) -> list[StoredItem]:
         found: dict[str, StoredItem] = {}
-        for chunk in _chunks(list(ids)):
+        with self._lock:  # ids a search mapped from rowids: read by rowid, each row's id checked
+            known = self._id_map.rowids_of(ids)
+        for chunk in _chunks(sorted(set(known.values()))):
+            for row in self._read(f"SELECT {_ITEM_COLUMNS} FROM items WHERE rowid IN ({_marks(len(chunk))})",
+                                  chunk):
+                expires = row[_EXPIRES_AT]
+                if row[0] in known and (include_expired or expires is None or expires > now):
+                    found[row[0]] = records.row_to_item(row)
+        for chunk in _chunks([i for i in ids if i not in found]):
             sql = f"SELECT {_ITEM_COLUMNS} FROM items WHERE id IN ({_marks(len(chunk))})"
             params: list[Any] = list(chunk)
             if not include_expired:

@@ -9,7 +9,10 @@ the token once (`SQLiteBackend.pinned_reads`).
 
 Rowid -> id pairs outlive writes: a rowid names one item until that item is deleted (an
 item written later may reuse it), so after a write only the pairs of rowids the change
-log shows deleted are dropped. All of this is called under the backend's lock.
+log shows deleted are dropped. The same pairs read backwards let a search read its items
+by rowid (the table's own key) instead of through the id index; the reader checks each
+row's id, since a pair may be older than the row. All of this is called under the
+backend's lock.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class IdMap:
 
     def __init__(self) -> None:
         self._ids: dict[int, str] = {}
+        self._rowids: dict[str, int] = {}  # the same pairs, id -> rowid
         self._seq: int | None = None  # the log sequence the pairs are known good through
 
     def scored(self, top: Sequence[tuple[int, float]], bounds: tuple[int, int],
@@ -63,16 +67,27 @@ class IdMap:
             return [(i, s) for i, (_, s) in zip(found, top, strict=True) if i is not None]
         return list(zip(cast("list[str]", found), [s for _, s in top], strict=True))
 
+    def rowids_of(self, ids: Sequence[str]) -> dict[str, int]:
+        """The rowids last known for `ids` (those the map holds): a hint, checked by the
+        reader against each row's id (the item may have been deleted or rewritten since)."""
+        return {i: r for i in ids if (r := self._rowids.get(i)) is not None}
+
+    def _clear(self) -> None:
+        self._ids.clear()
+        self._rowids.clear()
+
     def _sync(self, bounds: tuple[int, int], read: Read) -> None:
         """Drop the pairs of rowids deleted since the map was last in step with the log."""
         oldest, head = bounds
         if self._seq != head:
             if self._seq is None or self._seq < oldest - 1 or head - self._seq > _REPLAY_MAX:
-                self._ids.clear()  # the log no longer joins the map (or too much changed)
+                self._clear()  # the log no longer joins the map (or too much changed)
             else:
                 for (rowid,) in read("SELECT item_rowid FROM changes WHERE seq > ? AND op = 'd'",
                                      (self._seq,)):
-                    self._ids.pop(int(rowid), None)
+                    gone = self._ids.pop(int(rowid), None)
+                    if gone is not None and self._rowids.get(gone) == int(rowid):
+                        del self._rowids[gone]
             self._seq = head
 
     def _fill(self, rowids: list[int], read: Read) -> None:
@@ -83,8 +98,10 @@ class IdMap:
         if not missing:
             return
         if len(self._ids) + len(missing) > _PAIRS_MAX:
-            self._ids.clear()
+            self._clear()
             missing = wanted
         for chunk in chunks(missing):
-            self._ids.update(read(f"SELECT rowid, id FROM items WHERE rowid IN ({marks(len(chunk))})",
-                                  chunk))
+            for rowid, item_id in read(f"SELECT rowid, id FROM items WHERE rowid IN ({marks(len(chunk))})",
+                                       chunk):
+                self._ids[rowid] = item_id
+                self._rowids[item_id] = rowid
