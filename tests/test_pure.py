@@ -108,6 +108,19 @@ def test_word_set_fingerprint_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) 
     assert len(set(prints)) == 50
 
 
+def test_token_set_cache_is_bounded_and_keyed_by_the_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dedup, "_TOKEN_SETS", {})
+    monkeypatch.setattr(dedup, "_TOKEN_SETS_MAX", 10)
+    for i in range(50):
+        assert dedup._recent_tokens(f"text number {i}") == {"text", "number", str(i)}
+    assert len(dedup._TOKEN_SETS) <= 11
+    # An edited item under the same id is a new text: its own set, in a search and after.
+    first = collapse([("a", "red fox"), ("b", "fox red")])
+    assert first == (["a"], {"a": ["b"]})
+    assert collapse([("a", "red fox"), ("b", "fox red hen")]) == (["a", "b"], {})
+    assert dedup._TOKEN_SETS["fox red"] == {"fox", "red"}
+
+
 
 @pytest.mark.parametrize("seed", range(5))
 def test_tokens_is_the_regex_word_set_for_ascii_and_unicode_text(seed: int) -> None:

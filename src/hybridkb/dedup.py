@@ -145,8 +145,25 @@ def _collapse_all_pairs(
 def _memo_tokens(memo: dict[str, frozenset[str]], doc_id: str, text: str) -> frozenset[str]:
     toks = memo.get(doc_id)
     if toks is None:
-        toks = memo[doc_id] = tokens(text)
+        toks = memo[doc_id] = _recent_tokens(text)
     return toks
+
+
+# Texts tokenized lately -> their token sets: a search confirms each fingerprint match on
+# the token sets, and the same copies meet search after search. Keyed by the text itself
+# (a dict compares the strings on a hash match); bounded, oldest out first.
+_TOKEN_SETS: dict[str, frozenset[str]] = {}
+_TOKEN_SETS_MAX = 4_096
+
+
+def _recent_tokens(text: str) -> frozenset[str]:
+    found = _TOKEN_SETS.get(text)
+    if found is None:
+        found = _TOKEN_SETS[text] = tokens(text)
+        if len(_TOKEN_SETS) > _TOKEN_SETS_MAX:
+            with contextlib.suppress(KeyError, RuntimeError, StopIteration):  # another thread evicted
+                del _TOKEN_SETS[next(iter(_TOKEN_SETS))]
+    return found
 
 
 # Texts seen lately -> the hash of their token set. Tokenizing is most of a search's
