@@ -19,6 +19,7 @@ import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -336,12 +337,16 @@ def _top(rowids: RowIds, scores: Vector, k: int) -> Scored:
     if k < scores.size:
         idx = np.argpartition(-scores, k - 1)[:k]
         rowids, scores = rowids[idx], scores[idx]
-    return [(int(r), float(s)) for r, s in zip(rowids, scores, strict=True)]
+    # tolist(): Python ints and floats in one C pass (the same values as int() / float()
+    # of each numpy scalar, without making the scalars)
+    return list(zip(rowids.tolist(), scores.tolist(), strict=True))
 
 
 def _merge(parts: list[Scored], limit: int) -> Scored:
+    """Best first, ties by rowid: two stable sorts on C keys (a tuple key per pair cost more)."""
     merged = [p for part in parts for p in part]
-    merged.sort(key=lambda p: (-p[1], p[0]))
+    merged.sort(key=itemgetter(0))
+    merged.sort(key=itemgetter(1), reverse=True)
     return merged[:limit]
 
 
