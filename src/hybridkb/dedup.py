@@ -13,7 +13,8 @@ import contextlib
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -149,6 +150,9 @@ def _memo_tokens(memo: dict[str, frozenset[str]], doc_id: str, text: str) -> fro
     return toks
 
 
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
 # Texts tokenized lately -> their token sets: a search confirms each fingerprint match on
 # the token sets, and the same copies meet search after search. Keyed by the text itself
 # (a dict compares the strings on a hash match); bounded, oldest out first.
@@ -157,12 +161,18 @@ _TOKEN_SETS_MAX = 4_096
 
 
 def _recent_tokens(text: str) -> frozenset[str]:
-    found = _TOKEN_SETS.get(text)
+    return _remembered(_TOKEN_SETS, _TOKEN_SETS_MAX, text, lambda: tokens(text))
+
+
+def _remembered(cache: dict[K, V], limit: int, key: K, make: Callable[[], V]) -> V:
+    """`cache[key]`, made by `make()` when missing; past `limit` entries the oldest goes.
+    Threads may race here: a lost entry is only made again."""
+    found = cache.get(key)
     if found is None:
-        found = _TOKEN_SETS[text] = tokens(text)
-        if len(_TOKEN_SETS) > _TOKEN_SETS_MAX:
+        found = cache[key] = make()
+        if len(cache) > limit:
             with contextlib.suppress(KeyError, RuntimeError, StopIteration):  # another thread evicted
-                del _TOKEN_SETS[next(iter(_TOKEN_SETS))]
+                del cache[next(iter(cache))]
     return found
 
 
@@ -175,14 +185,8 @@ _FINGERPRINTS_MAX = 100_000
 
 def word_set_fingerprint(text: str) -> int:
     """The hash of the text's token set; equal token sets always give equal fingerprints."""
-    key = (len(text), hash(text))
-    found = _FINGERPRINTS.get(key)
-    if found is None:
-        found = _FINGERPRINTS[key] = hash(tokens(text))
-        if len(_FINGERPRINTS) > _FINGERPRINTS_MAX:
-            with contextlib.suppress(KeyError, RuntimeError, StopIteration):  # another thread evicted
-                del _FINGERPRINTS[next(iter(_FINGERPRINTS))]
-    return found
+    return _remembered(_FINGERPRINTS, _FINGERPRINTS_MAX, (len(text), hash(text)),
+                       lambda: hash(tokens(text)))
 
 
 def _collapse_identical(
