@@ -9,6 +9,9 @@ is printed as `error ...` and the process exits with status 1.
   writer TARGET WID SEED SECONDS  add and re-write batches of its own for SECONDS
   reader TARGET RID SEED SECONDS  search and check that no batch is ever half visible
   toucher TARGET ID TIMES         count one item as accessed TIMES times
+  bulk TARGET RUN TOTAL BATCH CHUNK_S
+                                  one add_many of TOTAL items that feeds the text index,
+                                  one line per committed batch
 """
 
 from __future__ import annotations
@@ -164,7 +167,30 @@ def run_toucher(target: str, item_id: str, times: str) -> None:
     say("done")
 
 
-MODES = {"import": run_import, "reembed": run_reembed, "writer": run_writer, "reader": run_reader,
+def run_bulk(target: str, run: str, total: str, batch: str, chunk_s: str) -> None:
+    """One add_many that feeds the text index (from 50 items on, committing every CHUNK_S);
+    each item names its batch of the load (tokr<RUN>b<k>)."""
+    from hybridkb.storage.indexes import sync
+
+    sync.FEED_MIN, sync.FEED_CHUNK_S = 50, float(chunk_s)
+    rng = random.Random(int(run))
+    size = int(batch)
+    items = [{"id": f"r{run}i{i}", "corpus": "bulk",
+              "text": f"tokr{run}b{i // size} " + body(rng, rng.randint(5, 60))}
+             for i in range(int(total))]
+    kb = open_kb(target)
+    say("ready")
+    done = [0]
+
+    def committed(count: int) -> None:
+        say("batch", json.dumps({"index": done[0], "size": count}))
+        done[0] += 1
+
+    kb.add_many(items, batch_size=size, progress=committed)
+    say("done")
+
+
+MODES = {"import": run_import, "bulk": run_bulk, "reembed": run_reembed, "writer": run_writer, "reader": run_reader,
          "toucher": run_toucher}
 
 if __name__ == "__main__":

@@ -160,17 +160,18 @@ class KnowledgeBase:
         defer = validation.check_embed_mode(self.embed_mode if embed is None else embed) == "defer"
         ids: list[str] = []
         batch: list[tuple[Item, Vector | None]] = []
-        for raw in items:
-            batch.append(self._prepare(raw))
-            if len(batch) >= batch_size:
+        with self.backend.bulk_writes():  # searchable by text when this returns
+            for raw in items:
+                batch.append(self._prepare(raw))
+                if len(batch) >= batch_size:
+                    ids.extend(self._write_batch(batch, replace, defer))
+                    if progress:
+                        progress(len(batch))
+                    batch = []
+            if batch:
                 ids.extend(self._write_batch(batch, replace, defer))
                 if progress:
                     progress(len(batch))
-                batch = []
-        if batch:
-            ids.extend(self._write_batch(batch, replace, defer))
-            if progress:
-                progress(len(batch))
         return ids
 
     def upsert_many(self, items: Iterable[Item | Mapping[str, Any]], **options: Any) -> list[str]:

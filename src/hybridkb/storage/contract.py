@@ -8,6 +8,7 @@ store.py or pipeline.py (`integrity_problems` and `repair` by `KnowledgeBase.che
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -79,6 +80,9 @@ class Backend(Protocol):
         unchanged and no new vector is given (records.ON_CONFLICT_REPLACE). A vector of
         the wrong size is DimensionMismatchError.
         """
+    def bulk_writes(self) -> AbstractContextManager[None]:
+        """Entered around the batches of one `add_many`: a dialect may keep derived indexes
+        current as it goes (SQLite feeds its text index) or do nothing."""
     def write_vectors(
         self, ids: Sequence[str], vectors: Sequence[Vector], content_hashes: Sequence[str],
     ) -> int:

@@ -17,13 +17,14 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
 from ...progress import ProgressFactory, no_progress
 from .text import IndexUnusable, StateReader, TextIndex, read_state
 from .text_delta import TextDelta
-from .text_schema import TITLE_REPEAT, TextDoc
+from .text_schema import TITLE_REPEAT, TextDoc, to_document
 
 try:  # POSIX; elsewhere only one process may use a store's derived indexes at a time
     import fcntl
@@ -37,6 +38,11 @@ REBUILD_SHARE = 0.5
 # Pending rowids a search scores itself (text_delta.py) before it waits for a commit.
 DELTA_MAX = 2_000
 COMMIT_INTERVAL_S = 0.5  # background commits of one process at most this often
+# A bulk write (feeding()) takes its batches into the index itself once it has written
+# this many items (fewer are left to the delta and the background commit), and commits
+# at least this often, releasing the folder's lock so that other processes can catch up.
+FEED_MIN = DELTA_MAX
+FEED_CHUNK_S = 30.0
 
 
 class _Closable(Protocol):
@@ -87,6 +93,20 @@ class ChangeSource(Protocol):
     def iter_text_docs(self, batch_size: int) -> Iterator[list[TextDoc]]: ...
 
 
+@dataclass
+class _Feed:
+    """A bulk write in progress on one thread (see TextIndexSync.feeding)."""
+
+    thread: int
+    waiting: int = 0  # items written but left to the log (no chunk open yet)
+    failed: bool = False  # the index refused a batch: the rest is left to the log
+    lock: contextlib.ExitStack | None = None  # the folder's lock, while a chunk is open
+    index: TextIndex | None = None
+    writer: Any = None  # tantivy's writer, holding every change up to `seq`
+    seq: int = 0
+    started: float = 0.0
+
+
 @contextlib.contextmanager
 def _file_lock(path: Path | None) -> Iterator[None]:
     if path is None or fcntl is None:
@@ -126,6 +146,7 @@ class TextIndexSync:
         self._last_commit = 0.0
         self.rebuilds = 0  # how many rebuilds this process ran (for tests and `check`)
         self._state = None if folder is None else StateReader(folder)  # read per search: by stat
+        self._feed: _Feed | None = None
         close_at_exit(self)
 
     @property
@@ -224,6 +245,7 @@ class TextIndexSync:
 
     def _catch_up(self) -> TextIndex:
         """Commit every logged change into the index (under the file lock)."""
+        self._flush_feed()
         index = self._usable()
         while True:
             _oldest, head = self.source.log_bounds()
@@ -298,8 +320,143 @@ class TextIndexSync:
         if worker is not None and worker.is_alive():
             worker.join(timeout)
 
+    # -- bulk writes ----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def feeding(self) -> Iterator[None]:
+        """A bulk write: each batch committed inside (`feed()`) goes straight into one open
+        tantivy writer, whose indexing threads work while the next batch is written, and the
+        index is committed when the block ends. So a large load is searchable by text when
+        it returns, instead of leaving the whole index to be built by the first search.
+
+        Crash safety is the log's: a batch is committed to the store first and fed after,
+        and whatever the writer held but had not committed when it failed or the process
+        died is replayed from the log by the next search. The folder's lock is held while a
+        chunk is open (other processes wait for it only when their delta is too large to
+        score), released at each commit, at least every FEED_CHUNK_S."""
+        if self._feed is not None or self._closed:  # another thread feeds: this one logs
+            yield
+            return
+        feed = self._feed = _Feed(thread=threading.get_ident())
+        try:
+            yield
+        finally:
+            self._feed = None
+            try:
+                self._end_chunk(feed)
+            except Exception:  # the store holds every batch: the log replays them
+                feed.failed = True
+                self._drop_chunk(feed)
+            if feed.waiting or feed.failed:
+                self.kick()
+
+    def is_feeding(self) -> bool:
+        """Whether a write on this thread should hand its batch to `feed()`."""
+        feed = self._feed
+        return feed is not None and feed.thread == threading.get_ident() and not feed.failed
+
+    def feed(self, docs: Sequence[TextDoc], first_seq: int, last_seq: int, *, replacing: bool) -> None:
+        """Take a committed batch into the open writer: its documents are the items written by
+        the transaction that logged changes `first_seq + 1 .. last_seq` (all of them: the
+        writer then holds every change up to `last_seq`). `replacing`: some may be updates
+        of items the index holds. Changes of other writers logged before it are replayed
+        from the store first. An index failure is not the writer's: the store holds the
+        batch, the log replays it later."""
+        feed = self._feed
+        if feed is None or feed.thread != threading.get_ident() or feed.failed:
+            return
+        try:
+            if feed.writer is None:
+                if feed.lock is None and feed.waiting + len(docs) < FEED_MIN:
+                    feed.waiting += len(docs)  # small so far: the delta covers it
+                    return
+                self._begin_chunk(feed)
+            if last_seq <= feed.seq:  # a catch-up already took it from the log
+                return
+            if first_seq > feed.seq:
+                self._replay(feed, first_seq)
+            writer, repeat = feed.writer, feed.index.title_repeat  # type: ignore[union-attr]
+            for doc in docs:
+                if replacing:
+                    writer.delete_documents_by_term("rowid", doc.rowid)
+                writer.add_document(to_document(doc, repeat))
+            feed.seq = last_seq
+            if time.monotonic() - feed.started >= FEED_CHUNK_S:
+                self._end_chunk(feed)
+        except Exception:
+            feed.failed = True
+            self._drop_chunk(feed)
+        except BaseException:  # KeyboardInterrupt: the store has the batch; stop feeding
+            feed.failed = True
+            self._drop_chunk(feed)
+            raise
+
+    def _begin_chunk(self, feed: _Feed) -> None:
+        """Take the folder's lock (kept until the chunk ends), bring the index up to the log
+        (building it when missing: the first chunk of a load into a new store) and open a
+        writer on it."""
+        with self._lock:  # lock order: self._lock, then the file lock (see _work)
+            if feed.lock is None:
+                stack = contextlib.ExitStack()
+                stack.enter_context(self._exclusive())
+                feed.lock = stack
+            index = self._catch_up()
+        feed.waiting = 0
+        feed.index, feed.seq, feed.started = index, index.seq, time.monotonic()
+        feed.writer = index.writer(bulk=True)
+
+    def _replay(self, feed: _Feed, before: int) -> None:
+        """Into the open writer: the changes other writers logged after `feed.seq` and up to
+        `before` (read back from the store, as a catch-up does)."""
+        writer, repeat = feed.writer, feed.index.title_repeat  # type: ignore[union-attr]
+        while feed.seq < before:
+            pairs, reached = self.source.text_changes(feed.seq, CATCH_UP_BATCH)
+            pairs = [(s, r) for s, r in pairs if s <= before]
+            rowids = list(dict.fromkeys(r for _, r in pairs))
+            docs = self.source.text_docs(rowids)
+            for rowid in rowids:
+                writer.delete_documents_by_term("rowid", rowid)
+            for doc in docs:
+                writer.add_document(to_document(doc, repeat))
+            feed.seq = min(reached, before) if pairs else before
+
+    def _flush_feed(self) -> None:
+        """Commit this thread's open feed writer (a catch-up or rebuild on the feeding thread
+        needs the index to itself); the file lock stays with the chunk."""
+        feed = self._feed
+        if feed is not None and feed.thread == threading.get_ident() and feed.writer is not None:
+            writer, feed.writer = feed.writer, None
+            feed.index.commit(writer, feed.seq)  # type: ignore[union-attr]
+            del writer
+
+    def _end_chunk(self, feed: _Feed) -> None:
+        """Commit the chunk's writer and release the folder's lock."""
+        try:
+            if feed.writer is not None:
+                writer, feed.writer = feed.writer, None
+                try:
+                    feed.index.commit(writer, feed.seq)  # type: ignore[union-attr]
+                finally:
+                    del writer
+        finally:
+            lock, feed.lock = feed.lock, None
+            if lock is not None:
+                lock.close()
+
+    def _drop_chunk(self, feed: _Feed) -> None:
+        """Abandon the chunk's uncommitted documents (the log still holds their changes)."""
+        writer, feed.writer = feed.writer, None
+        if writer is not None:
+            with contextlib.suppress(Exception):
+                writer.rollback()
+            del writer
+        lock, feed.lock = feed.lock, None
+        if lock is not None:
+            lock.close()
+
     def rebuild(self) -> TextIndex:
         """A new index from every item, published when complete (call under the file lock)."""
+        self._flush_feed()
         _, head = self.source.log_bounds()  # read first: later changes are replayed after
         index = TextIndex.create(self.folder, self.source.store_id, title_repeat=self.title_repeat)
         total = self.source.item_count()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -340,6 +340,11 @@ class PostgresBackend:
     def optimize(self) -> None:
         """Merge the BM25 index's blocks now (after a bulk load, for the fastest queries)."""
         self._write(lambda conn: fulltext.compact(conn))
+
+    def bulk_writes(self) -> AbstractContextManager[None]:
+        """Nothing to do around many batches: each batch keeps the BM25 index current in its
+        own transaction."""
+        return nullcontext()
 
     def write_vectors(
         self, ids: Sequence[str], vectors: Sequence[Vector], content_hashes: Sequence[str],

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +26,13 @@ from ...textquery import TextQuery
 from .. import codec, records
 from ..contract import ScoredIds, SearchArea, Vector
 from ..indexes.sync import TextIndexSync
-from ..indexes.text_schema import title_repeat
+from ..indexes.text_schema import TextDoc, title_repeat
 from ..indexes.vector_base import Wanted
 from ..indexes.vectors import ANN_MODES, VectorIndexSync, knn
 from ..records import DEFAULT_BM25_WEIGHTS, META_PENDING_VECTOR_DIM, META_VECTOR_DIM
 from . import driver as sqlite_driver
 from . import maintenance
-from .changes import SQLiteChanges, prune
+from .changes import DOC_COLUMNS, SQLiteChanges, prune, text_doc
 from .reads import IdMap, Memo
 from .tables import SET_META as _SET_META
 from .tables import Tables as _Tables
@@ -275,16 +275,19 @@ class SQLiteBackend:
     ) -> None:
         dim = self.vector_dim()
         conflict = records.ON_CONFLICT_REPLACE if replace else ""
+        feeding = self._text.is_feeding()  # a bulk write: the batch goes to the text index too
         sql = (f"INSERT INTO items ({', '.join(records.WRITE_COLUMNS)}) "
-               f"VALUES ({_marks(len(records.WRITE_COLUMNS))}) {conflict} RETURNING rowid, embedded_hash")
-        written: list[tuple[int, Item, Vector | None]] = []
-        stale_vectors: list[int] = []
+               f"VALUES ({_marks(len(records.WRITE_COLUMNS))}) {conflict} RETURNING embedded_hash, "
+               + (DOC_COLUMNS if feeding else "rowid"))
+        docs: list[TextDoc] = []
         try:
             with self._write() as conn:
                 self._prune_log(conn)
+                first_seq = self._log_head(conn)
                 for item, vec, chash in zip(items, vectors, content_hashes, strict=True):
-                    rowid, kept_hash = conn.execute(
+                    kept_hash, *row = conn.execute(
                         sql, records.write_values(item, chash, with_vector=vec is not None)).fetchone()
+                    rowid = row[0]
                     if vec is not None:
                         codec.check_dim(vec, dim, label=f"item {item.id!r}: vector")
                         conn.execute("DELETE FROM vec_items WHERE rowid = ?", (rowid,))
@@ -292,11 +295,26 @@ class SQLiteBackend:
                                      (rowid, codec.to_blob(vec)))
                     elif kept_hash is None and dim is not None:
                         conn.execute("DELETE FROM vec_items WHERE rowid = ?", (rowid,))
-                        stale_vectors.append(rowid)
-                    written.append((rowid, item, vec))
+                    if feeding:
+                        docs.append(text_doc(row))
+                last_seq = self._log_head(conn)
         except (UnicodeEncodeError, OverflowError) as exc:
             raise InvalidInputError(f"a value cannot be stored: {exc}") from exc
-        self._text.kick()
+        if feeding:
+            # Without `replace` every row was inserted: no index document holds its rowid.
+            self._text.feed(docs, first_seq, last_seq, replacing=replace)
+        else:
+            self._text.kick()
+
+    @staticmethod
+    def _log_head(conn: Any) -> int:
+        row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'changes'").fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def bulk_writes(self) -> AbstractContextManager[None]:
+        """Around many batches (KnowledgeBase.add_many): each batch also goes straight into
+        the text index, committed when the block ends (indexes.sync.TextIndexSync.feeding)."""
+        return self._text.feeding()
 
     def _prune_log(self, conn: Any) -> None:
         """Every ~1000 writes, drop the log rows both derived indexes on disk have passed

@@ -20,14 +20,14 @@ from .tables import chunks, marks
 
 Read = Callable[[str, Sequence[Any]], list[Any]]
 
-_DOC_COLUMNS = ("rowid, title, text, corpus, kind, scope, repo, namespace, metadata, created_at, "
+DOC_COLUMNS = ("rowid, title, text, corpus, kind, scope, repo, namespace, metadata, created_at, "
                 "updated_at, expires_at, stale")
 _TEXT_OPS = "('i', 'u', 'd')"
 # Vectors and the attributes the vector index masks on (corpus, expiry, staleness).
 _VECTOR_OPS = "('i', 'u', 'v', 'd')"
 
 
-def _doc(row: Sequence[Any]) -> TextDoc:
+def text_doc(row: Sequence[Any]) -> TextDoc:
     try:
         metadata = json.loads(row[8] or "{}")
     except ValueError:
@@ -92,8 +92,8 @@ class SQLiteChanges:
     def text_docs(self, rowids: Sequence[int]) -> list[TextDoc]:
         docs: list[TextDoc] = []
         for chunk in chunks(rowids):
-            docs.extend(_doc(r) for r in self._read(
-                f"SELECT {_DOC_COLUMNS} FROM items WHERE rowid IN ({marks(len(chunk))})",
+            docs.extend(text_doc(r) for r in self._read(
+                f"SELECT {DOC_COLUMNS} FROM items WHERE rowid IN ({marks(len(chunk))})",
                 list(chunk)))
         return docs
 
@@ -103,12 +103,12 @@ class SQLiteChanges:
     def iter_text_docs(self, batch_size: int) -> Iterator[list[TextDoc]]:
         last = 0
         while True:
-            rows = self._read(f"SELECT {_DOC_COLUMNS} FROM items WHERE rowid > ? ORDER BY rowid LIMIT ?",
+            rows = self._read(f"SELECT {DOC_COLUMNS} FROM items WHERE rowid > ? ORDER BY rowid LIMIT ?",
                               (last, batch_size))
             if not rows:
                 return
             last = int(rows[-1][0])
-            yield [_doc(r) for r in rows]
+            yield [text_doc(r) for r in rows]
 
     def item_rowids(self) -> list[int]:
         return [int(r[0]) for r in self._read("SELECT rowid FROM items ORDER BY rowid", ())]
