@@ -81,3 +81,8 @@ def test_query_vector_checks_size_and_drops_non_finite() -> None:
     assert codec.query([float("nan"), 1.0], 2) is None  # finds nothing, not an error
     with pytest.raises(DimensionMismatchError, match="query vector has 3 dimensions, store has 2"):
         codec.query([1.0, 2.0, 3.0], 2)
+
+
+def test_normalized_scales_finite_vectors_whose_squares_overflow() -> None:
+    vec = codec.normalized([3e30, -4e30, 0.0], 3, label="item 'v'")
+    assert vec.tolist() == pytest.approx([0.6, -0.8, 0.0])

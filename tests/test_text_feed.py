@@ -227,3 +227,24 @@ def test_sigkill_during_a_bulk_load_loses_nothing_it_committed(tmp_path: Path) -
             rowids = {int(r[0]) for r in kb.backend._read("SELECT rowid FROM items")}
             assert set(index.all_rowids()) == rowids
     assert committed > 10, "the kills landed before any batch; the test proves nothing"
+
+
+def test_fed_batches_are_never_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each batch goes to the index from the rows its INSERT returned, also when every batch
+    opens a chunk of its own: nothing of the load is read back from the store."""
+    from hybridkb.storage.sqlite.changes import SQLiteChanges
+
+    read: list[int] = []
+    real = SQLiteChanges.text_docs
+
+    def counting(self: SQLiteChanges, rowids: Any) -> Any:
+        read.extend(rowids)
+        return real(self, rowids)
+
+    monkeypatch.setattr(SQLiteChanges, "text_docs", counting)
+    monkeypatch.setattr(sync, "FEED_CHUNK_S", 0.0)  # a commit after every batch
+    with open_kb(tmp_path / "kb.db") as kb:
+        kb.add_many(items(640), batch_size=64)
+        assert kb.backend._text.disk_seq() == log_head(kb)
+        assert read == []
+        assert len(text_hits(kb, "title")) == 640

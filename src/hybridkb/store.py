@@ -207,11 +207,11 @@ class KnowledgeBase:
             item = Item(**data)
         else:
             raise InvalidInputError(f"an item is an Item or a dict, not {type(raw).__name__}")
-        label = validation.item_label(item.to_dict())
         try:
             validation.check_item(item)
         except InvalidInputError as exc:
-            raise InvalidInputError(f"item {label!r}: {exc}") from exc
+            raise InvalidInputError(f"item {validation.item_label(item.to_dict())!r}: {exc}") from exc
+        label = item.id if item.id is not None else item.text[:40]  # validation.item_label's rule
         if item.id is None:
             item.id = uuid.uuid4().hex
         item.created_at = item.created_at if item.created_at is not None else now

@@ -8,6 +8,7 @@ same error wherever it enters, and the byte layout is defined once.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -61,9 +62,13 @@ def normalized(value: Any, dim: int | None, *, label: str) -> Vector:
     if dim is not None and vec.size != dim:
         raise DimensionMismatchError(
             f"{label}: vector has {vec.size} dimensions, the store uses {dim}")
-    if not np.all(np.isfinite(vec)):
-        raise InvalidInputError(f"{label}: vector has NaN or infinite values")
-    norm = float(np.linalg.norm(vec))
+    with np.errstate(over="ignore", invalid="ignore"):
+        norm = float(np.linalg.norm(vec))  # NaN or inf when any component is: one pass, not two
+    if not math.isfinite(norm):
+        if not np.all(np.isfinite(vec)):
+            raise InvalidInputError(f"{label}: vector has NaN or infinite values")
+        vec = vec / np.max(np.abs(vec))  # finite, but its squares overflow float32
+        norm = float(np.linalg.norm(vec))
     if norm == 0.0:
         raise InvalidInputError(f"{label}: vector is all zeros")
     out: Vector = vec / norm

@@ -98,7 +98,8 @@ class _Feed:
     """A bulk write in progress on one thread (see TextIndexSync.feeding)."""
 
     thread: int
-    waiting: int = 0  # items written but left to the log (no chunk open yet)
+    waiting: int = 0  # items written but left to the log (before the first chunk)
+    chunks: int = 0  # chunks opened so far
     failed: bool = False  # the index refused a batch: the rest is left to the log
     lock: contextlib.ExitStack | None = None  # the folder's lock, while a chunk is open
     index: TextIndex | None = None
@@ -367,10 +368,10 @@ class TextIndexSync:
             return
         try:
             if feed.writer is None:
-                if feed.lock is None and feed.waiting + len(docs) < FEED_MIN:
+                if not feed.chunks and feed.waiting + len(docs) < FEED_MIN:
                     feed.waiting += len(docs)  # small so far: the delta covers it
                     return
-                self._begin_chunk(feed)
+                self._begin_chunk(feed, first_seq)
             if last_seq <= feed.seq:  # a catch-up already took it from the log
                 return
             if first_seq > feed.seq:
@@ -391,17 +392,20 @@ class TextIndexSync:
             self._drop_chunk(feed)
             raise
 
-    def _begin_chunk(self, feed: _Feed) -> None:
-        """Take the folder's lock (kept until the chunk ends), bring the index up to the log
-        (building it when missing: the first chunk of a load into a new store) and open a
-        writer on it."""
+    def _begin_chunk(self, feed: _Feed, first_seq: int) -> None:
+        """Take the folder's lock (kept until the chunk ends) and open a writer on the index
+        (built when missing: the first chunk of a load into a new store). An index far
+        behind the batch about to be fed is caught up and committed first; a small gap is
+        replayed into the writer by `feed()`."""
         with self._lock:  # lock order: self._lock, then the file lock (see _work)
             if feed.lock is None:
                 stack = contextlib.ExitStack()
                 stack.enter_context(self._exclusive())
                 feed.lock = stack
-            index = self._catch_up()
-        feed.waiting = 0
+            index = self._usable()
+            if first_seq - index.seq > CATCH_UP_BATCH:
+                index = self._catch_up()
+        feed.waiting, feed.chunks = 0, feed.chunks + 1
         feed.index, feed.seq, feed.started = index, index.seq, time.monotonic()
         feed.writer = index.writer(bulk=True)
 
