@@ -160,14 +160,16 @@ class KnowledgeBase:
         defer = validation.check_embed_mode(self.embed_mode if embed is None else embed) == "defer"
         ids: list[str] = []
         batch: list[tuple[Item, Vector | None]] = []
+        dim = self._input_dim()  # asked once a batch, not once an item (a query each)
         with self.backend.bulk_writes():  # searchable by text when this returns
             for raw in items:
-                batch.append(self._prepare(raw))
+                batch.append(self._prepare(raw, dim))
                 if len(batch) >= batch_size:
                     ids.extend(self._write_batch(batch, replace, defer))
                     if progress:
                         progress(len(batch))
                     batch = []
+                    dim = self._input_dim()
             if batch:
                 ids.extend(self._write_batch(batch, replace, defer))
                 if progress:
@@ -179,9 +181,9 @@ class KnowledgeBase:
 
     def check_item(self, raw: Item | Mapping[str, Any]) -> None:
         """Raise the error `add` would raise for this item (naming it), without writing it."""
-        self._prepare(raw)
+        self._prepare(raw, self._input_dim())
 
-    def _prepare(self, raw: Item | Mapping[str, Any]) -> tuple[Item, Vector | None]:
+    def _prepare(self, raw: Item | Mapping[str, Any], dim: int | None) -> tuple[Item, Vector | None]:
         now = now_ts()
         if isinstance(raw, Item):
             metadata = dict(raw.metadata) if isinstance(raw.metadata, dict) else raw.metadata
@@ -223,14 +225,15 @@ class KnowledgeBase:
                 raise InvalidInputError(f"item {label!r}: ttl {ttl!r} ends after the year 9999")
         vec = None
         if vector is not None:
-            vec = self._check_vector(vector, item.id)
+            vec = codec.normalized(vector, dim, label=f"item {item.id!r}")
         return item, vec
 
-    def _check_vector(self, vector: Any, item_id: str | None) -> Vector:
+    def _input_dim(self) -> int | None:
+        """The size a caller's vector must have: the store's, else the model's (None: any)."""
         dim = self.backend.vector_dim()
         if dim is None and self.embedder is not None:
             dim = self.embedder.dim
-        return codec.normalized(vector, dim, label=f"item {item_id!r}")
+        return dim
 
     def _write_batch(self, batch: list[tuple[Item, Vector | None]], replace: bool,
                      defer: bool = False) -> list[str]:
