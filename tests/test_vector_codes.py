@@ -13,6 +13,7 @@ from hybridkb import HashingEmbedder, KnowledgeBase
 from hybridkb.model import now_ts, parse_filters
 from hybridkb.storage.contract import SearchArea
 from hybridkb.storage.indexes import vector_base, vector_codes, vector_recall
+from hybridkb.storage.indexes.vector_math import dot_rows
 
 DIM = 96  # two words a code, the second half used
 
@@ -86,7 +87,7 @@ def test_search_keeps_to_the_mask_and_scores_exactly() -> None:
     q = clustered(1, 4)[0]
     picks, scores = vector_codes.search(columns, center, m, q, 100, mask)
     assert len(picks) == 100 and mask[picks].all()
-    assert np.allclose(scores, m[picks] @ q)
+    assert np.allclose(scores, m[picks] @ q, atol=1e-6)  # float32 sums in another order
     few = np.zeros(2000, dtype=bool)
     few[[5, 50, 500]] = True
     picks, _ = vector_codes.search(columns, center, m, q, 100, few)
@@ -177,3 +178,13 @@ def test_a_truncated_codes_file_is_reported_and_rebuilt(tmp_path: Path) -> None:
     base, _ = kb.backend._vectors.view(DIM)
     assert base is not None and base.first_pass == "codes"
     kb.close()
+
+
+def test_dot_rows_equals_the_matrix_product_for_every_input_the_indexes_pass() -> None:
+    m = clustered(300, 5)
+    q = clustered(1, 6)[0]
+    assert np.allclose(dot_rows(m, q), m @ q, atol=1e-6)
+    assert dot_rows(m, q).dtype == np.float32
+    assert np.allclose(dot_rows(m[[3, 1, 2]], q.reshape(1, -1)), m[[3, 1, 2]] @ q, atol=1e-6)
+    assert np.allclose(dot_rows(m.astype(np.float64), q.astype(np.float64)), m @ q, atol=1e-6)
+    assert dot_rows(m[:0], q).shape == (0,)

@@ -31,6 +31,7 @@ import numpy.typing as npt
 
 from ...progress import ProgressFactory, no_progress
 from . import vector_codes
+from .vector_math import dot_rows
 from .vector_recall import Probe, calibrate, probe
 
 Vector = npt.NDArray[np.float32]
@@ -214,9 +215,9 @@ class VectorBase:
     def exact(self, query: Vector, positions: npt.NDArray[np.int64] | None) -> tuple[RowIds, Vector]:
         """Cosine similarity of every row (or of `positions`): vectors are stored unit-length."""
         if positions is None:
-            return np.asarray(self.rowids), np.asarray(self.matrix @ query, dtype=np.float32)
+            return np.asarray(self.rowids), dot_rows(self.matrix, query)
         block = self.matrix[positions]
-        return np.asarray(self.rowids[positions]), np.asarray(block @ query, dtype=np.float32)
+        return np.asarray(self.rowids[positions]), dot_rows(block, query)
 
     def coded(self, query: Vector, count: int, mask: npt.NDArray[np.bool_] | None = None
               ) -> tuple[RowIds, Vector]:

@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import vector_recall
+from .vector_math import dot_rows
 from .vector_recall import K, Probe
 
 Words = npt.NDArray[np.uint64]
@@ -160,7 +161,7 @@ def search(columns: Words, center: npt.NDArray[np.float32], matrix: Any, query: 
         dist |= (~mask).astype(np.uint16) * FAR
         rescore = min(rescore, int(np.count_nonzero(mask)))
     picks = closest(dist, rescore)
-    scores = np.asarray(matrix[picks], dtype=np.float32) @ np.asarray(query, dtype=np.float32)
+    scores = dot_rows(matrix[picks], query)
     return picks, scores
 
 
@@ -178,7 +179,7 @@ def calibrate(columns: Words, center: npt.NDArray[np.float32], matrix: Any, prob
         dist = distances(columns, encode(q, center))
         for i, rescore in enumerate(rungs):
             picks = closest(dist, rescore)
-            scores = np.asarray(matrix[picks], dtype=np.float32) @ q
+            scores = dot_rows(matrix[picks], q)
             hits[i] += min(wanted, int(np.sum(scores >= bar - 1e-6)))
     recalls = hits / (wanted * len(probe.queries))
     for rescore, recall in zip(rungs, recalls, strict=True):

@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .vector_math import dot_rows
+
 RECALL_TARGET = 0.95
 LADDER = (128, 256, 512, 1024, 2048)
 SAMPLE = 50
@@ -96,7 +98,7 @@ def calibrate(graph: Any, matrix: Any, keys: Any, target: float | None = None,
         for q, row, bar in zip(probed.queries, found, probed.kth, strict=True):
             pos = np.searchsorted(keys, row[(row >= 0)])
             pos = pos[pos < n]
-            scores = np.asarray(matrix[np.sort(pos)], dtype=np.float32) @ q
+            scores = dot_rows(matrix[np.sort(pos)], q)
             hits += min(wanted, int(np.sum(scores >= bar - 1e-6)))
         recall = hits / (wanted * len(probed.queries))
         if recall >= target:

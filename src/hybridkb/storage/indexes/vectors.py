@@ -29,6 +29,7 @@ from ...progress import ProgressFactory, no_progress
 from . import vector_base
 from .sync import _file_lock, close_at_exit
 from .vector_base import BaseUnusable, Batch, RowIds, Vector, VectorBase, Wanted
+from .vector_math import dot_rows
 
 # The graph answers when the default filters keep at least this share of the base (it
 # over-fetches limit / share); a narrower mask is an exact scan of its rows.
@@ -368,7 +369,7 @@ def knn(
         keep = wanted.mask(d.corpora, d.expires, d.stale)
         if rows is not None:
             keep &= np.isin(d.rowids, rows)
-        parts.append(_top(d.rowids[keep], d.vectors[keep] @ query, limit))
+        parts.append(_top(d.rowids[keep], dot_rows(d.vectors[keep], query), limit))
     if base is None or not len(base):
         return _merge(parts, limit)
     if rows is not None:
