@@ -7,6 +7,8 @@ an answer may have: the meta table, the change log's bounds, the published vecto
 the corpus counts and whether items wait for a vector are kept per token. A search reads
 the token once (`SQLiteBackend.pinned_reads`).
 
+The pairs a map lacks are read from `item_keys` (migration 005), a narrow copy of items'
+rowid and id kept by triggers: its pages stay cached where the wide items table's do not.
 Rowid -> id pairs outlive writes: a rowid names one item until that item is deleted (an
 item written later may reuse it), so after a write only the pairs of rowids the change
 log shows deleted are dropped. The same pairs read backwards let a search read its items
@@ -101,7 +103,7 @@ class IdMap:
             self._clear()
             missing = wanted
         for chunk in chunks(missing):
-            for rowid, item_id in read(f"SELECT rowid, id FROM items WHERE rowid IN ({marks(len(chunk))})",
-                                       chunk):
+            sql = f"SELECT rowid, id FROM item_keys WHERE rowid IN ({marks(len(chunk))})"
+            for rowid, item_id in read(sql, chunk):
                 self._ids[rowid] = item_id
                 self._rowids[item_id] = rowid
