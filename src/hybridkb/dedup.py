@@ -226,7 +226,7 @@ def collapse_by_vectors(
     if len(with_vec) < 2:
         return list(dict.fromkeys(ranked_ids)), {}
     matrix = np.vstack([vectors[d] for d in with_vec])
-    sims = matrix @ matrix.T
+    sims = np.einsum("ik,jk->ij", matrix, matrix)  # on this thread: not OpenBLAS's pool (vector_math)
     position = {d: i for i, d in enumerate(with_vec)}
     kept: list[str] = []
     kept_rows: list[int] = []
