@@ -241,3 +241,65 @@ def test_distinct_rowids_match_numpy_unique() -> None:
         want_docs, want_at = np.unique(rowids.astype(np.int64), return_inverse=True)
         assert docs.tolist() == want_docs.tolist() and at.tolist() == want_at.tolist()
         assert docs.dtype == np.int64 and at.dtype == np.int64
+
+
+@pytest.mark.parametrize("tail", ["bounds", "exact"])
+def test_early_stop_keeps_the_top_exact_and_the_rest_true(
+        pg_url: str, tail: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `bm25_exact_top`, the best `exact_top` are the exact statement's; the ranks below
+    are true matches (the exact statement scores them) whose scores are not above their
+    exact scores, best first; and the reading stops before the last posting."""
+    from hybridkb.storage.postgres import fulltext
+
+    monkeypatch.setattr(fulltext, "EARLY_FULL_READ", 0)  # a store this small is read whole
+    monkeypatch.setattr(fulltext, "FIRST_BUDGET", 200)
+    read: list[tuple[int, int]] = []  # (postings read, postings of the terms) per query
+    original = fulltext._Run.run
+
+    def counting(self: fulltext._Run) -> object:
+        out = original(self)
+        read.append((self.postings, sum(int(p.counts.sum()) for p in self.plans)))
+        return out
+
+    monkeypatch.setattr(fulltext._Run, "run", counting)
+    k = 10
+    fast = hybridkb.open(pg_url, embedder=None, bm25_exact_top=k, bm25_tail=tail,
+                         filtered_exact_rows=0)
+    exact = hybridkb.open(pg_url, embedder=None, bm25_search="exact")
+    try:
+        fast.add_many(_items(13, 2500), batch_size=500)
+        fast.add_many(_items(14, 400, corpus="d"), batch_size=200)
+        fast.delete_many([f"c13-{i:05d}" for i in range(0, 2500, 97)])
+        now = time.time()
+        areas = [SearchArea(corpora=("c",), filters=Filters(), now=now),
+                 SearchArea(corpora=("c", "d"), filters=Filters(include_stale=True), now=now),
+                 SearchArea(corpora=("c",), filters=Filters(kinds=("note",)), now=now)]
+        checked = 0
+        for a_i, area in enumerate(areas):
+            for text in _queries(20 + a_i, 20):
+                query = parse(text)
+                got = fast.backend.text_search(query, area, 300)
+                every = dict(exact.backend.text_search(query, area, 100_000))
+                want = exact.backend.text_search(query, area, 300)
+                assert len(got) == len(want), text  # as many hits as the exact path
+                head = got[:k]
+                assert [s for _, s in head] == pytest.approx([s for _, s in want[:k]], rel=1e-9), text
+                for doc, score in head:  # the same documents up to ties at the cut
+                    assert score == pytest.approx(every[doc], rel=1e-9), text
+                    if doc not in dict(want[:k]):
+                        assert score == pytest.approx(want[k - 1][1], rel=1e-9), text
+                assert len({d for d, _ in got}) == len(got), text
+                for doc, score in got[k:]:
+                    assert doc in every, (text, doc)  # a true match
+                    assert score <= every[doc] * (1 + 1e-9), (text, doc)
+                    assert score <= head[-1][1] * (1 + 1e-9), (text, doc)
+                assert [s for _, s in got[k:]] == sorted((s for _, s in got[k:]), reverse=True)
+                if tail == "exact":
+                    for doc, score in got:
+                        assert score == pytest.approx(every[doc], rel=1e-9), (text, doc)
+                checked += bool(want)
+        assert checked >= 60
+        assert any(n < total for n, total in read)  # the early stop did stop early
+    finally:
+        fast.close()
+        exact.close()

@@ -42,6 +42,12 @@ FULL_READ = 250_000
 _CHECK_CHUNK = 4  # documents checked against the filters: this many times k at first
 MAX_UNSURE = 64  # candidates left to score one by one before the reads stop
 READ_CAP = 200_000  # postings read before the rest of the candidates are scored one by one
+# Early stop (issue #16, `exact_top`): the stopping rule is run for the best `exact_top`
+# only (those come back as the exact statement's), and the ranks below are filled from
+# the documents already seen, each with a score no higher than its exact one (`tail`:
+# "bounds", the weights read; "exact", scored from their tsvectors). A query whose terms
+# hold at most EARLY_FULL_READ postings then reads them all in one round.
+EARLY_FULL_READ = 8_000
 
 # Each query term: its tsquery, whether it is one lexeme, and its lexemes with the
 # (bucket, count) pairs of the corpora searched; plus N and the average length.
@@ -158,9 +164,12 @@ def keeps_many(conn: Connection[Any], area: SearchArea, min_rows: int) -> bool:
 
 
 def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit: int,
-           weights: tuple[float, float]) -> ScoredIds | None:
-    """The exact BM25 top `limit` over the OR of `terms`, or None when this query is
-    better answered by scoring every match (sql.text_search)."""
+           weights: tuple[float, float], exact_top: int | None = None,
+           tail: str = "bounds") -> ScoredIds | None:
+    """The BM25 top `limit` over the OR of `terms`, or None when this query is better
+    answered by scoring every match (sql.text_search). Exact to the full depth, or, with
+    `exact_top`, exact for the best `exact_top` and filled below from the documents seen
+    (scores by `tail`, never above the exact ones)."""
     stats_in, stats_params = q._in_corpora("corpus", area.corpora)
     buckets_in, buckets_params = q._in_corpora("b.corpus", area.corpora)
     rows = conn.execute(sql.SQL(_TERMS).format(
@@ -198,7 +207,10 @@ def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit:
         return []
     if not any(p.exact for p in plans):
         return None
-    return _Run(conn, terms, plans, area, limit, weights, avgdl).run()
+    run = _Run(conn, terms, plans, area, limit, weights, avgdl)
+    if exact_top is not None and exact_top < limit:
+        run.exact_top, run.tail = max(1, exact_top), tail
+    return run.run()
 
 
 class _Run:
@@ -216,6 +228,8 @@ class _Run:
         self.read_sql, self.read_params = _fmt(_READ, area, "b")
         self.read_all_sql, _ = _fmt(_READ_ALL, area, "b")
         self.excluded: Any = None  # rowids no search may return, when that set is known
+        self.exact_top, self.tail = limit, "exact"  # the early stop's (exact_top < limit)
+        self.postings = 0  # read so far
         if not area.filters.needs_row_filter:
             self.excluded = self._excluded()
 
@@ -236,22 +250,53 @@ class _Run:
 
     def run(self) -> ScoredIds:
         total = sum(int(p.counts.sum()) for p in self.plans)
-        budget = max(FIRST_BUDGET, 8 * self.limit)
-        read = 0
+        k = self.exact_top
+        early = k < self.limit
+        one_round = total <= (EARLY_FULL_READ if early else FULL_READ)
+        budget = max(FIRST_BUDGET, 8 * k)
         while True:
-            read += self._read_all() if total <= FULL_READ else self._read(
+            self.postings += self._read_all() if one_round else self._read(
                 topk.next_reads(self.plans, budget))
             budget *= 4
             unread = np.array([p.unread_bound for p in self.plans])
             docs, lower, upper, known, held = self.seen.bounds(unread, self.exact)
             passing, possible = self._passing(docs, lower)
-            theta = topk.threshold(lower, passing, self.limit)
+            theta = topk.threshold(lower, passing, k)
             if float(unread.sum()) < theta or not unread.any():
+                # The tail is filled from the documents seen: read on until there are enough.
+                if early and unread.any() and int((passing & held).sum()) < self.limit:
+                    continue
                 cands = possible & (upper >= theta)
                 unsure = int((cands & ~known).sum())
                 # Reading on is cheaper than scoring many documents one by one.
-                if unsure <= MAX_UNSURE or not unread.any() or read > READ_CAP:
-                    return self._finish(docs[cands], lower[cands], known[cands], held[cands])
+                if unsure <= MAX_UNSURE or not unread.any() or self.postings > READ_CAP:
+                    ranked = self._finish(docs[cands], lower[cands], known[cands], held[cands],
+                                          self.limit)
+                    if not early:
+                        return ranked
+                    return self._fill(ranked, docs, lower, passing & held & ~cands)
+
+    def _fill(self, ranked: ScoredIds, docs: topk.Ints, lower: topk.Floats, pool: Any,
+              ) -> ScoredIds:
+        """The best `exact_top` of the candidates (exact), then the ranks below from the
+        other candidates (exact) and the documents seen outside them: by the weights read,
+        scored so or exactly (`tail`)."""
+        top = ranked[: self.exact_top]
+        want = self.limit - len(top)
+        if len(top) < self.exact_top or want <= 0:
+            return ranked
+        pick = topk.best(lower, pool, want)
+        rowids = [int(r) for r in docs[pick]]
+        if self.tail == "exact":
+            found = self._score(rowids)
+            scores = {r: found.get(r, 0.0) for r in rowids}
+        else:
+            scores = dict(zip(rowids, (float(x) for x in lower[pick]), strict=True))
+        self._check(rowids)
+        rest = sorted([*ranked[self.exact_top:], *((self.checked[r][0], s) for r, s in
+                                                   scores.items() if self.checked[r][1])],
+                      key=lambda hit: (-hit[1], hit[0]))
+        return [*top, *rest][: self.limit]
 
     def _read_all(self) -> int:
         for p in self.plans:
@@ -324,7 +369,8 @@ class _Run:
             for r in todo:  # gone (cannot happen within one snapshot; never return it)
                 self.checked.setdefault(r, ("", False))
 
-    def _finish(self, docs: topk.Ints, lower: topk.Floats, known: Any, held: Any) -> ScoredIds:
+    def _finish(self, docs: topk.Ints, lower: topk.Floats, known: Any, held: Any,
+                limit: int) -> ScoredIds:
         """Exact scores of the candidates; the best `limit`, ties by id."""
         scores = dict(zip((int(r) for r in docs), (float(x) for x in lower), strict=True))
         unsure = [int(r) for r in docs[~known]]
@@ -339,14 +385,14 @@ class _Run:
                     scores[r] = scores[r] + found[r] if partial else found[r]
                 elif not (partial and held_by[r]):  # held none of the query's terms
                     del scores[r]
-        if self.excluded is not None and len(scores) > self.limit:
+        if self.excluded is not None and len(scores) > limit:
             # All pass: only the best `limit` (and ties at the cut, broken by id) need ids.
-            cut = sorted(scores.values(), reverse=True)[self.limit - 1]
+            cut = sorted(scores.values(), reverse=True)[limit - 1]
             scores = {r: s for r, s in scores.items() if s >= cut}
         self._check(list(scores))
         ranked = sorted(((self.checked[r][0], s) for r, s in scores.items()
                          if self.checked[r][1]), key=lambda hit: (-hit[1], hit[0]))
-        return ranked[: self.limit]
+        return ranked[: limit]
 
     def _score(self, rowids: list[int], *, phrases_only: bool = False) -> dict[int, float]:
         """Exact BM25 of those of these documents that hold some term (or some phrase term:

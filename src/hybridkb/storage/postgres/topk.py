@@ -177,3 +177,12 @@ def threshold(lower: Floats, passing: npt.NDArray[np.bool_], k: int) -> float:
 def unseen_bound(terms: list[TermPlan]) -> float:
     """The best score a document not seen yet could have."""
     return sum(t.unread_bound for t in terms)
+
+
+def best(lower: Floats, pool: npt.NDArray[np.bool_], n: int) -> Ints:
+    """The places of the `n` documents of `pool` with the best lower bounds, best first."""
+    places = np.flatnonzero(pool)
+    if len(places) > n:
+        places = places[np.argpartition(-lower[places], n - 1)[:n]]
+    order: Ints = places[np.argsort(-lower[places], kind="stable")].astype(np.int64, copy=False)
+    return order
