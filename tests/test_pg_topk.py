@@ -212,7 +212,7 @@ def test_seen_bounds_match_a_per_term_reckoning() -> None:
         for slot in range(n_terms):
             docs = rng.choice(60, int(rng.integers(0, 40)), replace=False).astype(np.int64)
             w = rng.random(len(docs)) * 5
-            seen.add(slot, docs, w, bool(exact[slot]))
+            seen.add(slot, docs, w, bool(exact[slot]), np.ones(len(docs), dtype=np.int64))
             weights.update({(int(d), slot): float(x) for d, x in zip(docs, w, strict=True)})
         docs, lower, upper, known, held = seen.bounds(unread, exact)
         assert sorted({d for d, _ in weights}) == docs.tolist()
@@ -253,12 +253,12 @@ def test_early_stop_keeps_the_top_exact_and_the_rest_true(
 
     monkeypatch.setattr(fulltext, "EARLY_FULL_READ", 0)  # a store this small is read whole
     monkeypatch.setattr(fulltext, "FIRST_BUDGET", 200)
-    read: list[tuple[int, int]] = []  # (postings read, postings of the terms) per query
+    read: list[tuple[int, int, int]] = []  # postings read, of the terms, scored early
     original = fulltext._Run.run
 
     def counting(self: fulltext._Run) -> object:
         out = original(self)
-        read.append((self.postings, sum(int(p.counts.sum()) for p in self.plans)))
+        read.append((self.postings, sum(int(p.counts.sum()) for p in self.plans), len(self.scored)))
         return out
 
     monkeypatch.setattr(fulltext._Run, "run", counting)
@@ -299,7 +299,50 @@ def test_early_stop_keeps_the_top_exact_and_the_rest_true(
                         assert score == pytest.approx(every[doc], rel=1e-9), (text, doc)
                 checked += bool(want)
         assert checked >= 60
-        assert any(n < total for n, total in read)  # the early stop did stop early
+        assert any(n < total for n, total, _ in read)  # the early stop did stop early
+        assert any(scored for _, _, scored in read)  # and scored some candidates on the way
     finally:
         fast.close()
         exact.close()
+
+
+def test_length_bounds_hold() -> None:
+    """length_upper and length_unseen_bound never fall below a score a document could
+    still reach: postings drawn at random into buckets, some buckets read, the rest not."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    weights = (2.0, 1.0)
+    for _ in range(30):
+        n_docs, n_terms = 200, int(rng.integers(1, 6))
+        dl = rng.integers(1, 3000, n_docs).astype(np.int64)
+        avgdl = float(rng.uniform(5, 500))
+        holds = rng.random((n_docs, n_terms)) < 0.4  # which documents hold which terms
+        read = np.zeros((n_docs, n_terms), dtype=bool)  # postings read
+        weight = np.zeros((n_docs, n_terms))
+        plans = []
+        for j in range(n_terms):
+            nt = rng.integers(0, 10, n_docs)
+            nb = rng.integers(0, 200, n_docs)
+            nt_class = np.select([nt < 4, nt < 8], [nt, 4], 5)
+            nb_class = np.select([nb < 8, nb < 12, nb < 16, nb < 24, nb < 32, nb < 64, nb < 128],
+                                 [nb, 8, 9, 10, 11, 12, 13], 14)
+            bucket = (nt_class * 16 + nb_class) * 128 + np.minimum(
+                127, np.floor(2 * np.log(dl) / np.log(2.0))).astype(np.int64)
+            idf = float(rng.uniform(0.1, 5))
+            weight[:, j] = holds[:, j] * idf * topk.saturation(
+                (2.0 * nt + nb).astype(float), dl.astype(float), avgdl)
+            keys, counts = np.unique(bucket[holds[:, j]], return_counts=True)
+            plan = topk.plan_term(j + 1, f"t{j}", True, idf, keys.astype(np.int64),
+                                  counts.astype(np.int64), weights, avgdl)
+            plan.read = int(rng.integers(0, len(keys) + 1))
+            plans.append(plan)
+            read[:, j] = holds[:, j] & np.isin(bucket, plan.buckets[: plan.read])
+        upper = topk.length_upper(plans, weights, avgdl, (weight * read).sum(axis=1),
+                                  dl.astype(float), read)
+        assert (upper >= weight.sum(axis=1)).all()  # a document's score: all it holds
+        best_unseen = topk.length_unseen_bound(plans, weights, avgdl)
+        assert best_unseen <= topk.unseen_bound(plans) + 1e-12
+        never = ~read.any(axis=1)  # documents no posting read has shown
+        if never.any():
+            assert best_unseen >= weight[never].sum(axis=1).max()

@@ -41,6 +41,10 @@ FIRST_BUDGET = 4000  # postings read in the first round (at least 8 per wanted r
 FULL_READ = 250_000
 _CHECK_CHUNK = 4  # documents checked against the filters: this many times k at first
 MAX_UNSURE = 64  # candidates left to score one by one before the reads stop
+# Early stop only: when more are left, up to this many of the likeliest (best upper
+# bounds) are scored exactly, MAX_UNSURE at a time: their scores raise the threshold,
+# which may leave few enough candidates to stop reading.
+RESOLVE = 128
 READ_CAP = 200_000  # postings read before the rest of the candidates are scored one by one
 # Early stop (issue #16, `exact_top`): the stopping rule is run for the best `exact_top`
 # only (those come back as the exact statement's), and the ranks below are filled from
@@ -48,6 +52,7 @@ READ_CAP = 200_000  # postings read before the rest of the candidates are scored
 # "bounds", the weights read; "exact", scored from their tsvectors). A query whose terms
 # hold at most EARLY_FULL_READ postings then reads them all in one round.
 EARLY_FULL_READ = 8_000
+EARLY_GROWTH = 4  # each round of the early stop reads this many times the last
 
 # Each query term: its tsquery, whether it is one lexeme, and its lexemes with the
 # (bucket, count) pairs of the corpora searched; plus N and the average length.
@@ -230,6 +235,7 @@ class _Run:
         self.excluded: Any = None  # rowids no search may return, when that set is known
         self.exact_top, self.tail = limit, "exact"  # the early stop's (exact_top < limit)
         self.postings = 0  # read so far
+        self.scored: dict[int, float] = {}  # rowid -> exact score, scored before the end
         if not area.filters.needs_row_filter:
             self.excluded = self._excluded()
 
@@ -257,17 +263,38 @@ class _Run:
         while True:
             self.postings += self._read_all() if one_round else self._read(
                 topk.next_reads(self.plans, budget))
-            budget *= 4
+            budget *= EARLY_GROWTH if early else 4
             unread = np.array([p.unread_bound for p in self.plans])
             docs, lower, upper, known, held = self.seen.bounds(unread, self.exact)
+            self._known_scores(docs, lower, upper, known)
             passing, possible = self._passing(docs, lower)
             theta = topk.threshold(lower, passing, k)
-            if float(unread.sum()) < theta or not unread.any():
+            if not unread.any() or topk.length_unseen_bound(
+                    self.plans, self.weights, self.avgdl) < theta:
                 # The tail is filled from the documents seen: read on until there are enough.
                 if early and unread.any() and int((passing & held).sum()) < self.limit:
                     continue
                 cands = possible & (upper >= theta)
                 unsure = int((cands & ~known).sum())
+                if unsure > MAX_UNSURE and unread.any():  # tighter bounds where it matters
+                    places = np.flatnonzero(cands & ~known)
+                    phrase, dl, seen = self.seen.where(places)
+                    upper[places] = topk.length_upper(self.plans, self.weights, self.avgdl,
+                                                      lower[places] + phrase, dl, seen)
+                    cands = possible & (upper >= theta)
+                    unsure = int((cands & ~known).sum())
+                if early and unsure > MAX_UNSURE and unread.any() and len(self.scored) < RESOLVE:
+                    # Score the likeliest exactly: their scores can raise the threshold.
+                    places = np.flatnonzero(cands & ~known)
+                    places = places[np.argsort(-upper[places], kind="stable")[:MAX_UNSURE]]
+                    rowids = [int(r) for r in docs[places]]
+                    found = self._score(rowids)
+                    self.scored.update((r, found.get(r, 0.0)) for r in rowids)
+                    self._known_scores(docs, lower, upper, known)
+                    passing, possible = self._passing(docs, lower)
+                    theta = topk.threshold(lower, passing, k)
+                    cands = possible & (upper >= theta)
+                    unsure = int((cands & ~known).sum())
                 # Reading on is cheaper than scoring many documents one by one.
                 if unsure <= MAX_UNSURE or not unread.any() or self.postings > READ_CAP:
                     ranked = self._finish(docs[cands], lower[cands], known[cands], held[cands],
@@ -275,6 +302,18 @@ class _Run:
                     if not early:
                         return ranked
                     return self._fill(ranked, docs, lower, passing & held & ~cands)
+
+    def _known_scores(self, docs: topk.Ints, lower: topk.Floats, upper: topk.Floats,
+                      known: Any) -> None:
+        """Put the exact scores of the documents scored so far into their bounds."""
+        if not self.scored:
+            return
+        rowids = np.fromiter(self.scored, dtype=np.int64, count=len(self.scored))
+        at = np.minimum(np.searchsorted(docs, rowids), max(len(docs) - 1, 0))
+        hit = docs[at] == rowids if len(docs) else np.zeros(0, dtype=bool)
+        scores = np.fromiter(self.scored.values(), dtype=np.float64, count=len(self.scored))
+        lower[at[hit]] = upper[at[hit]] = scores[hit]
+        known[at[hit]] = True
 
     def _fill(self, ranked: ScoredIds, docs: topk.Ints, lower: topk.Floats, pool: Any,
               ) -> ScoredIds:
@@ -334,7 +373,7 @@ class _Run:
             # In the exact statement's order of operations (sql.py), to the last bit.
             weight = self.plans[slot].idf * tf * (topk.K1 + 1) / (
                 tf + topk.K1 * (1 - topk.B + topk.B * dl.astype(np.float64) / self.avgdl))
-            self.seen.add(slot, ids, weight, self.plans[slot].exact)
+            self.seen.add(slot, ids, weight, self.plans[slot].exact, dl)
             n += len(ids)
         return n
 
