@@ -297,11 +297,15 @@ class _Run:
                     unsure = int((cands & ~known).sum())
                 # Reading on is cheaper than scoring many documents one by one.
                 if unsure <= MAX_UNSURE or not unread.any() or self.postings > READ_CAP:
-                    ranked = self._finish(docs[cands], lower[cands], known[cands], held[cands],
-                                          self.limit)
                     if not early:
-                        return ranked
-                    return self._fill(ranked, docs, lower, passing & held & ~cands)
+                        return self._finish(docs[cands], lower[cands], known[cands], held[cands],
+                                            self.limit)
+                    # The tail's documents: the best lower bounds outside the candidates
+                    # (their ids come with the candidates', in one statement).
+                    pick = topk.best(lower, passing & held & ~cands, self.limit - k)
+                    ranked = self._finish(docs[cands], lower[cands], known[cands], held[cands],
+                                          self.limit, also=docs[pick])
+                    return self._fill(ranked, docs[pick], lower[pick])
 
     def _known_scores(self, docs: topk.Ints, lower: topk.Floats, upper: topk.Floats,
                       known: Any) -> None:
@@ -315,22 +319,20 @@ class _Run:
         lower[at[hit]] = upper[at[hit]] = scores[hit]
         known[at[hit]] = True
 
-    def _fill(self, ranked: ScoredIds, docs: topk.Ints, lower: topk.Floats, pool: Any,
-              ) -> ScoredIds:
+    def _fill(self, ranked: ScoredIds, docs: topk.Ints, lower: topk.Floats) -> ScoredIds:
         """The best `exact_top` of the candidates (exact), then the ranks below from the
-        other candidates (exact) and the documents seen outside them: by the weights read,
-        scored so or exactly (`tail`)."""
+        other candidates (exact) and the tail's documents `docs` (seen outside the
+        candidates, best lower bounds first), scored by their `lower` bounds or exactly
+        (`tail`)."""
         top = ranked[: self.exact_top]
-        want = self.limit - len(top)
-        if len(top) < self.exact_top or want <= 0:
+        if len(top) < self.exact_top:
             return ranked
-        pick = topk.best(lower, pool, want)
-        rowids = [int(r) for r in docs[pick]]
+        rowids = [int(r) for r in docs]
         if self.tail == "exact":
             found = self._score(rowids)
             scores = {r: found.get(r, 0.0) for r in rowids}
         else:
-            scores = dict(zip(rowids, (float(x) for x in lower[pick]), strict=True))
+            scores = dict(zip(rowids, (float(x) for x in lower), strict=True))
         self._check(rowids)
         rest = sorted([*ranked[self.exact_top:], *((self.checked[r][0], s) for r, s in
                                                    scores.items() if self.checked[r][1])],
@@ -409,8 +411,9 @@ class _Run:
                 self.checked.setdefault(r, ("", False))
 
     def _finish(self, docs: topk.Ints, lower: topk.Floats, known: Any, held: Any,
-                limit: int) -> ScoredIds:
-        """Exact scores of the candidates; the best `limit`, ties by id."""
+                limit: int, also: topk.Ints | None = None) -> ScoredIds:
+        """Exact scores of the candidates; the best `limit`, ties by id (the ids of the
+        documents `also` fetched with theirs)."""
         scores = dict(zip((int(r) for r in docs), (float(x) for x in lower), strict=True))
         unsure = [int(r) for r in docs[~known]]
         if unsure:
@@ -428,7 +431,7 @@ class _Run:
             # All pass: only the best `limit` (and ties at the cut, broken by id) need ids.
             cut = sorted(scores.values(), reverse=True)[limit - 1]
             scores = {r: s for r, s in scores.items() if s >= cut}
-        self._check(list(scores))
+        self._check([*scores, *(int(r) for r in (() if also is None else also))])
         ranked = sorted(((self.checked[r][0], s) for r, s in scores.items()
                          if self.checked[r][1]), key=lambda hit: (-hit[1], hit[0]))
         return ranked[: limit]
