@@ -6,8 +6,9 @@ hold at most FULL_READ: at a search's depth of 300 the bounds would not stop the
 earlier); one to check the filters of the documents near the top; one to score the last
 candidates exactly (their phrases, when every one-word term has been read to the end).
 Scores equal sql.text_search's (same statistics: N, average length and df of the corpora
-searched), so the two paths are interchangeable; sql.py's one statement
-remains the path for filters that keep few rows (the index would read many postings of
+searched), so the two paths are interchangeable (with `exact_top`, for the best
+`exact_top`: the ranks below come from the documents read, never above their scores);
+sql.py's one statement remains the path for filters that keep few rows (the index would read many postings of
 documents the filter then drops) and for queries made only of phrases.
 """
 

@@ -11,6 +11,10 @@ when the k-th best lower bound beats what any unseen document could reach; the d
 whose upper bound still reaches that threshold are scored exactly, so the answer is the
 exact BM25 top k, the same as scoring every match (up to float rounding).
 
+A document's postings of every term sit in buckets of its one length class, so the bounds
+of a document whose length is known, and of an unseen one, can be tightened to the unread
+buckets of one class (length_upper, length_unseen_bound).
+
 Phrase terms (several lexemes) are bounded through their rarest lexeme's postings (a
 phrase occurs no more often than any of its words) and always scored exactly at the end.
 """
