@@ -276,7 +276,8 @@ def test_early_stop_keeps_the_top_exact_and_the_rest_true(
                  SearchArea(corpora=("c",), filters=Filters(kinds=("note",)), now=now)]
         checked = 0
         for a_i, area in enumerate(areas):
-            for text in _queries(20 + a_i, 20):
+            phrases = ['"w0 w1" w2 w3 w4 w5', '"w1 w0" "w2 w1" w6 w0 w3', '"w3 w0" w1 w2']
+            for text in _queries(20 + a_i, 20) + phrases:
                 query = parse(text)
                 got = fast.backend.text_search(query, area, 300)
                 every = dict(exact.backend.text_search(query, area, 100_000))

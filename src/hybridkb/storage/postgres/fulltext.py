@@ -290,7 +290,9 @@ class _Run:
                     places = places[np.argsort(-upper[places], kind="stable")[:MAX_UNSURE]]
                     rowids = [int(r) for r in docs[places]]
                     found = self._score(rowids)
-                    self.scored.update((r, found.get(r, 0.0)) for r in rowids)
+                    # One that holds no term (seen through a phrase's word only) stays
+                    # unsure with a bound of 0: if it ever is a candidate, _finish drops it.
+                    self.scored.update((r, found.get(r, -1.0)) for r in rowids)
                     self._known_scores(docs, lower, upper, known)
                     passing, possible = self._passing(docs, lower)
                     theta = topk.threshold(lower, passing, k)
@@ -317,8 +319,9 @@ class _Run:
         at = np.minimum(np.searchsorted(docs, rowids), max(len(docs) - 1, 0))
         hit = docs[at] == rowids if len(docs) else np.zeros(0, dtype=bool)
         scores = np.fromiter(self.scored.values(), dtype=np.float64, count=len(self.scored))
-        lower[at[hit]] = upper[at[hit]] = scores[hit]
-        known[at[hit]] = True
+        at, scores = at[hit], scores[hit]
+        lower[at] = upper[at] = np.maximum(scores, 0.0)
+        known[at] = scores >= 0
 
     def _fill(self, ranked: ScoredIds, docs: topk.Ints, lower: topk.Floats) -> ScoredIds:
         """The best `exact_top` of the candidates (exact), then the ranks below from the
