@@ -212,7 +212,7 @@ def test_seen_bounds_match_a_per_term_reckoning() -> None:
         for slot in range(n_terms):
             docs = rng.choice(60, int(rng.integers(0, 40)), replace=False).astype(np.int64)
             w = rng.random(len(docs)) * 5
-            seen.add(slot, docs, w, bool(exact[slot]))
+            seen.add(slot, docs, w, bool(exact[slot]), np.ones(len(docs), dtype=np.int64))
             weights.update({(int(d), slot): float(x) for d, x in zip(docs, w, strict=True)})
         docs, lower, upper, known, held = seen.bounds(unread, exact)
         assert sorted({d for d, _ in weights}) == docs.tolist()
@@ -241,3 +241,109 @@ def test_distinct_rowids_match_numpy_unique() -> None:
         want_docs, want_at = np.unique(rowids.astype(np.int64), return_inverse=True)
         assert docs.tolist() == want_docs.tolist() and at.tolist() == want_at.tolist()
         assert docs.dtype == np.int64 and at.dtype == np.int64
+
+
+@pytest.mark.parametrize("tail", ["bounds", "exact"])
+def test_early_stop_keeps_the_top_exact_and_the_rest_true(
+        pg_url: str, tail: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `bm25_exact_top`, the best `exact_top` are the exact statement's; the ranks below
+    are true matches (the exact statement scores them) whose scores are not above their
+    exact scores, best first; and the reading stops before the last posting."""
+    from hybridkb.storage.postgres import fulltext
+
+    monkeypatch.setattr(fulltext, "EARLY_FULL_READ", 0)  # a store this small is read whole
+    monkeypatch.setattr(fulltext, "FIRST_BUDGET", 200)
+    read: list[tuple[int, int, int]] = []  # postings read, of the terms, scored early
+    original = fulltext._Run.run
+
+    def counting(self: fulltext._Run) -> object:
+        out = original(self)
+        read.append((self.postings, sum(int(p.counts.sum()) for p in self.plans), len(self.scored)))
+        return out
+
+    monkeypatch.setattr(fulltext._Run, "run", counting)
+    k = 10
+    fast = hybridkb.open(pg_url, embedder=None, bm25_exact_top=k, bm25_tail=tail,
+                         filtered_exact_rows=0)
+    exact = hybridkb.open(pg_url, embedder=None, bm25_search="exact")
+    try:
+        fast.add_many(_items(13, 2500), batch_size=500)
+        fast.add_many(_items(14, 400, corpus="d"), batch_size=200)
+        fast.delete_many([f"c13-{i:05d}" for i in range(0, 2500, 97)])
+        now = time.time()
+        areas = [SearchArea(corpora=("c",), filters=Filters(), now=now),
+                 SearchArea(corpora=("c", "d"), filters=Filters(include_stale=True), now=now),
+                 SearchArea(corpora=("c",), filters=Filters(kinds=("note",)), now=now)]
+        checked = 0
+        for a_i, area in enumerate(areas):
+            phrases = ['"w0 w1" w2 w3 w4 w5', '"w1 w0" "w2 w1" w6 w0 w3', '"w3 w0" w1 w2']
+            for text in _queries(20 + a_i, 20) + phrases:
+                query = parse(text)
+                got = fast.backend.text_search(query, area, 300)
+                every = dict(exact.backend.text_search(query, area, 100_000))
+                want = exact.backend.text_search(query, area, 300)
+                assert len(got) == len(want), text  # as many hits as the exact path
+                head = got[:k]
+                assert [s for _, s in head] == pytest.approx([s for _, s in want[:k]], rel=1e-9), text
+                for doc, score in head:  # the same documents up to ties at the cut
+                    assert score == pytest.approx(every[doc], rel=1e-9), text
+                    if doc not in dict(want[:k]):
+                        assert score == pytest.approx(want[k - 1][1], rel=1e-9), text
+                assert len({d for d, _ in got}) == len(got), text
+                for doc, score in got[k:]:
+                    assert doc in every, (text, doc)  # a true match
+                    assert score <= every[doc] * (1 + 1e-9), (text, doc)
+                    assert score <= head[-1][1] * (1 + 1e-9), (text, doc)
+                assert [s for _, s in got[k:]] == sorted((s for _, s in got[k:]), reverse=True)
+                if tail == "exact":
+                    for doc, score in got:
+                        assert score == pytest.approx(every[doc], rel=1e-9), (text, doc)
+                checked += bool(want)
+        assert checked >= 60
+        assert any(n < total for n, total, _ in read)  # the early stop did stop early
+        assert any(scored for _, _, scored in read)  # and scored some candidates on the way
+    finally:
+        fast.close()
+        exact.close()
+
+
+def test_length_bounds_hold() -> None:
+    """length_upper and length_unseen_bound never fall below a score a document could
+    still reach: postings drawn at random into buckets, some buckets read, the rest not."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    weights = (2.0, 1.0)
+    for _ in range(30):
+        n_docs, n_terms = 200, int(rng.integers(1, 6))
+        dl = rng.integers(1, 3000, n_docs).astype(np.int64)
+        avgdl = float(rng.uniform(5, 500))
+        holds = rng.random((n_docs, n_terms)) < 0.4  # which documents hold which terms
+        read = np.zeros((n_docs, n_terms), dtype=bool)  # postings read
+        weight = np.zeros((n_docs, n_terms))
+        plans = []
+        for j in range(n_terms):
+            nt = rng.integers(0, 10, n_docs)
+            nb = rng.integers(0, 200, n_docs)
+            nt_class = np.select([nt < 4, nt < 8], [nt, 4], 5)
+            nb_class = np.select([nb < 8, nb < 12, nb < 16, nb < 24, nb < 32, nb < 64, nb < 128],
+                                 [nb, 8, 9, 10, 11, 12, 13], 14)
+            bucket = (nt_class * 16 + nb_class) * 128 + np.minimum(
+                127, np.floor(2 * np.log(dl) / np.log(2.0))).astype(np.int64)
+            idf = float(rng.uniform(0.1, 5))
+            weight[:, j] = holds[:, j] * idf * topk.saturation(
+                (2.0 * nt + nb).astype(float), dl.astype(float), avgdl)
+            keys, counts = np.unique(bucket[holds[:, j]], return_counts=True)
+            plan = topk.plan_term(j + 1, f"t{j}", True, idf, keys.astype(np.int64),
+                                  counts.astype(np.int64), weights, avgdl)
+            plan.read = int(rng.integers(0, len(keys) + 1))
+            plans.append(plan)
+            read[:, j] = holds[:, j] & np.isin(bucket, plan.buckets[: plan.read])
+        upper = topk.length_upper(plans, weights, avgdl, (weight * read).sum(axis=1),
+                                  dl.astype(float), read)
+        assert (upper >= weight.sum(axis=1)).all()  # a document's score: all it holds
+        best_unseen = topk.length_unseen_bound(plans, weights, avgdl)
+        assert best_unseen <= topk.unseen_bound(plans) + 1e-12
+        never = ~read.any(axis=1)  # documents no posting read has shown
+        if never.any():
+            assert best_unseen >= weight[never].sum(axis=1).max()

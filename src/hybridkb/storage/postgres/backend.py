@@ -63,6 +63,10 @@ _RETRIES = 3  # a write that loses a deadlock or serialization race is run again
 _QUIET = "SET client_min_messages = warning"
 # "topk": BM25 through the impact-ordered index (fulltext.py); "exact": score every match.
 BM25_SEARCHES = ("topk", "exact")
+# "topk" only: exact for the best this many, the ranks below filled from the documents the
+# early stop has seen, scored by `BM25_TAILS` (fulltext.EXACT_TOP); None: exact to the depth.
+BM25_EXACT_TOP: int | None = None
+BM25_TAILS = ("bounds", "exact")
 # A filter the planner expects to keep fewer rows than this (and < fulltext.BROAD_SHARE of
 # the store) is selective: full-text search scores every match, vector search scans exactly.
 FILTERED_EXACT_ROWS = 20_000
@@ -89,6 +93,7 @@ class PostgresBackend:
         self, url: str, *, bm25_weights: tuple[float, float] = DEFAULT_BM25_WEIGHTS,
         ranking: str = "bm25", ts_normalization: int = 0, hnsw_min_rows: int = HNSW_MIN_ROWS,
         bm25_search: str = "topk", filtered_exact_rows: int = FILTERED_EXACT_ROWS,
+        bm25_exact_top: int | None = BM25_EXACT_TOP, bm25_tail: str = "bounds",
         replicas: Sequence[str] = (), read_your_writes: bool = False,
         replica_wait: float = REPLICA_WAIT_S,
         pool_min_size: int = 1, pool_max_size: int = 8,
@@ -107,6 +112,12 @@ class PostgresBackend:
             raise InvalidInputError(
                 f"unknown bm25_search {bm25_search!r}; use one of {', '.join(BM25_SEARCHES)}")
         self.bm25_search = bm25_search
+        if bm25_exact_top is not None and bm25_exact_top < 1:
+            raise InvalidInputError(f"bm25_exact_top must be None or >= 1, got {bm25_exact_top!r}")
+        if bm25_tail not in BM25_TAILS:
+            raise InvalidInputError(
+                f"unknown bm25_tail {bm25_tail!r}; use one of {', '.join(BM25_TAILS)}")
+        self.bm25_exact_top, self.bm25_tail = bm25_exact_top, bm25_tail
         self.filtered_exact_rows = int(filtered_exact_rows)
         self.ts_normalization = int(ts_normalization)
         self.hnsw_min_rows = int(hnsw_min_rows)
@@ -459,7 +470,8 @@ class PostgresBackend:
 
         def work(conn: Connection[Any]) -> list[Any]:
             if not area.filters.needs_row_filter or fulltext.keeps_many(conn, area, self.filtered_exact_rows):
-                found = fulltext.search(conn, terms, area, limit, self.bm25_weights)
+                found = fulltext.search(conn, terms, area, limit, self.bm25_weights,
+                                        self.bm25_exact_top, self.bm25_tail)
                 if found is not None:
                     return found
             return conn.execute(statement, params).fetchall()

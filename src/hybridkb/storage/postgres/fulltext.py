@@ -6,8 +6,9 @@ hold at most FULL_READ: at a search's depth of 300 the bounds would not stop the
 earlier); one to check the filters of the documents near the top; one to score the last
 candidates exactly (their phrases, when every one-word term has been read to the end).
 Scores equal sql.text_search's (same statistics: N, average length and df of the corpora
-searched), so the two paths are interchangeable; sql.py's one statement
-remains the path for filters that keep few rows (the index would read many postings of
+searched), so the two paths are interchangeable (with `exact_top`, for the best
+`exact_top`: the ranks below come from the documents read, never above their scores);
+sql.py's one statement remains the path for filters that keep few rows (the index would read many postings of
 documents the filter then drops) and for queries made only of phrases.
 """
 
@@ -41,7 +42,18 @@ FIRST_BUDGET = 4000  # postings read in the first round (at least 8 per wanted r
 FULL_READ = 250_000
 _CHECK_CHUNK = 4  # documents checked against the filters: this many times k at first
 MAX_UNSURE = 64  # candidates left to score one by one before the reads stop
+# Early stop only: when more are left, up to this many of the likeliest (best upper
+# bounds) are scored exactly, MAX_UNSURE at a time: their scores raise the threshold,
+# which may leave few enough candidates to stop reading.
+RESOLVE = 128
 READ_CAP = 200_000  # postings read before the rest of the candidates are scored one by one
+# Early stop (issue #16, `exact_top`): the stopping rule is run for the best `exact_top`
+# only (those come back as the exact statement's), and the ranks below are filled from
+# the documents already seen, each with a score no higher than its exact one (`tail`:
+# "bounds", the weights read; "exact", scored from their tsvectors). A query whose terms
+# hold at most EARLY_FULL_READ postings then reads them all in one round.
+EARLY_FULL_READ = 50_000  # measured at 100,000 and 250,000 items against 8,000 and 100,000
+EARLY_GROWTH = 4  # each round of the early stop reads this many times the last
 
 # Each query term: its tsquery, whether it is one lexeme, and its lexemes with the
 # (bucket, count) pairs of the corpora searched; plus N and the average length.
@@ -158,9 +170,12 @@ def keeps_many(conn: Connection[Any], area: SearchArea, min_rows: int) -> bool:
 
 
 def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit: int,
-           weights: tuple[float, float]) -> ScoredIds | None:
-    """The exact BM25 top `limit` over the OR of `terms`, or None when this query is
-    better answered by scoring every match (sql.text_search)."""
+           weights: tuple[float, float], exact_top: int | None = None,
+           tail: str = "bounds") -> ScoredIds | None:
+    """The BM25 top `limit` over the OR of `terms`, or None when this query is better
+    answered by scoring every match (sql.text_search). Exact to the full depth, or, with
+    `exact_top`, exact for the best `exact_top` and filled below from the documents seen
+    (scores by `tail`, never above the exact ones)."""
     stats_in, stats_params = q._in_corpora("corpus", area.corpora)
     buckets_in, buckets_params = q._in_corpora("b.corpus", area.corpora)
     rows = conn.execute(sql.SQL(_TERMS).format(
@@ -198,7 +213,10 @@ def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit:
         return []
     if not any(p.exact for p in plans):
         return None
-    return _Run(conn, terms, plans, area, limit, weights, avgdl).run()
+    run = _Run(conn, terms, plans, area, limit, weights, avgdl)
+    if exact_top is not None and exact_top < limit:
+        run.exact_top, run.tail = max(1, exact_top), tail
+    return run.run()
 
 
 class _Run:
@@ -216,6 +234,9 @@ class _Run:
         self.read_sql, self.read_params = _fmt(_READ, area, "b")
         self.read_all_sql, _ = _fmt(_READ_ALL, area, "b")
         self.excluded: Any = None  # rowids no search may return, when that set is known
+        self.exact_top, self.tail = limit, "exact"  # the early stop's (exact_top < limit)
+        self.postings = 0  # read so far
+        self.scored: dict[int, float] = {}  # rowid -> exact score, scored before the end
         if not area.filters.needs_row_filter:
             self.excluded = self._excluded()
 
@@ -236,22 +257,91 @@ class _Run:
 
     def run(self) -> ScoredIds:
         total = sum(int(p.counts.sum()) for p in self.plans)
-        budget = max(FIRST_BUDGET, 8 * self.limit)
-        read = 0
+        k = self.exact_top
+        early = k < self.limit
+        one_round = total <= (EARLY_FULL_READ if early else FULL_READ)
+        budget = max(FIRST_BUDGET, 8 * k)
         while True:
-            read += self._read_all() if total <= FULL_READ else self._read(
+            self.postings += self._read_all() if one_round else self._read(
                 topk.next_reads(self.plans, budget))
-            budget *= 4
+            budget *= EARLY_GROWTH if early else 4
             unread = np.array([p.unread_bound for p in self.plans])
             docs, lower, upper, known, held = self.seen.bounds(unread, self.exact)
+            self._known_scores(docs, lower, upper, known)
             passing, possible = self._passing(docs, lower)
-            theta = topk.threshold(lower, passing, self.limit)
-            if float(unread.sum()) < theta or not unread.any():
+            theta = topk.threshold(lower, passing, k)
+            if not unread.any() or topk.length_unseen_bound(
+                    self.plans, self.weights, self.avgdl) < theta:
+                # The tail is filled from the documents seen: read on until there are enough.
+                if early and unread.any() and int((passing & held).sum()) < self.limit:
+                    continue
                 cands = possible & (upper >= theta)
                 unsure = int((cands & ~known).sum())
+                if unsure > MAX_UNSURE and unread.any():  # tighter bounds where it matters
+                    places = np.flatnonzero(cands & ~known)
+                    phrase, dl, seen = self.seen.where(places)
+                    upper[places] = topk.length_upper(self.plans, self.weights, self.avgdl,
+                                                      lower[places] + phrase, dl, seen)
+                    cands = possible & (upper >= theta)
+                    unsure = int((cands & ~known).sum())
+                if early and unsure > MAX_UNSURE and unread.any() and len(self.scored) < RESOLVE:
+                    # Score the likeliest exactly: their scores can raise the threshold.
+                    places = np.flatnonzero(cands & ~known)
+                    places = places[np.argsort(-upper[places], kind="stable")[:MAX_UNSURE]]
+                    rowids = [int(r) for r in docs[places]]
+                    found = self._score(rowids)
+                    # One that holds no term (seen through a phrase's word only) stays
+                    # unsure with a bound of 0: if it ever is a candidate, _finish drops it.
+                    self.scored.update((r, found.get(r, -1.0)) for r in rowids)
+                    self._known_scores(docs, lower, upper, known)
+                    passing, possible = self._passing(docs, lower)
+                    theta = topk.threshold(lower, passing, k)
+                    cands = possible & (upper >= theta)
+                    unsure = int((cands & ~known).sum())
                 # Reading on is cheaper than scoring many documents one by one.
-                if unsure <= MAX_UNSURE or not unread.any() or read > READ_CAP:
-                    return self._finish(docs[cands], lower[cands], known[cands], held[cands])
+                if unsure <= MAX_UNSURE or not unread.any() or self.postings > READ_CAP:
+                    if not early:
+                        return self._finish(docs[cands], lower[cands], known[cands], held[cands],
+                                            self.limit)
+                    # The tail's documents: the best lower bounds outside the candidates
+                    # (their ids come with the candidates', in one statement).
+                    pick = topk.best(lower, passing & held & ~cands, self.limit - k)
+                    ranked = self._finish(docs[cands], lower[cands], known[cands], held[cands],
+                                          self.limit, also=docs[pick])
+                    return self._fill(ranked, docs[pick], lower[pick])
+
+    def _known_scores(self, docs: topk.Ints, lower: topk.Floats, upper: topk.Floats,
+                      known: Any) -> None:
+        """Put the exact scores of the documents scored so far into their bounds."""
+        if not self.scored:
+            return
+        rowids = np.fromiter(self.scored, dtype=np.int64, count=len(self.scored))
+        at = np.minimum(np.searchsorted(docs, rowids), max(len(docs) - 1, 0))
+        hit = docs[at] == rowids if len(docs) else np.zeros(0, dtype=bool)
+        scores = np.fromiter(self.scored.values(), dtype=np.float64, count=len(self.scored))
+        at, scores = at[hit], scores[hit]
+        lower[at] = upper[at] = np.maximum(scores, 0.0)
+        known[at] = scores >= 0
+
+    def _fill(self, ranked: ScoredIds, docs: topk.Ints, lower: topk.Floats) -> ScoredIds:
+        """The best `exact_top` of the candidates (exact), then the ranks below from the
+        other candidates (exact) and the tail's documents `docs` (seen outside the
+        candidates, best lower bounds first), scored by their `lower` bounds or exactly
+        (`tail`)."""
+        top = ranked[: self.exact_top]
+        if len(top) < self.exact_top:
+            return ranked
+        rowids = [int(r) for r in docs]
+        if self.tail == "exact":
+            found = self._score(rowids)
+            scores = {r: found.get(r, 0.0) for r in rowids}
+        else:
+            scores = dict(zip(rowids, (float(x) for x in lower), strict=True))
+        self._check(rowids)
+        rest = sorted([*ranked[self.exact_top:], *((self.checked[r][0], s) for r, s in
+                                                   scores.items() if self.checked[r][1])],
+                      key=lambda hit: (-hit[1], hit[0]))
+        return [*top, *rest][: self.limit]
 
     def _read_all(self) -> int:
         for p in self.plans:
@@ -289,7 +379,7 @@ class _Run:
             # In the exact statement's order of operations (sql.py), to the last bit.
             weight = self.plans[slot].idf * tf * (topk.K1 + 1) / (
                 tf + topk.K1 * (1 - topk.B + topk.B * dl.astype(np.float64) / self.avgdl))
-            self.seen.add(slot, ids, weight, self.plans[slot].exact)
+            self.seen.add(slot, ids, weight, self.plans[slot].exact, dl)
             n += len(ids)
         return n
 
@@ -324,8 +414,10 @@ class _Run:
             for r in todo:  # gone (cannot happen within one snapshot; never return it)
                 self.checked.setdefault(r, ("", False))
 
-    def _finish(self, docs: topk.Ints, lower: topk.Floats, known: Any, held: Any) -> ScoredIds:
-        """Exact scores of the candidates; the best `limit`, ties by id."""
+    def _finish(self, docs: topk.Ints, lower: topk.Floats, known: Any, held: Any,
+                limit: int, also: topk.Ints | None = None) -> ScoredIds:
+        """Exact scores of the candidates; the best `limit`, ties by id (the ids of the
+        documents `also` fetched with theirs)."""
         scores = dict(zip((int(r) for r in docs), (float(x) for x in lower), strict=True))
         unsure = [int(r) for r in docs[~known]]
         if unsure:
@@ -339,14 +431,14 @@ class _Run:
                     scores[r] = scores[r] + found[r] if partial else found[r]
                 elif not (partial and held_by[r]):  # held none of the query's terms
                     del scores[r]
-        if self.excluded is not None and len(scores) > self.limit:
+        if self.excluded is not None and len(scores) > limit:
             # All pass: only the best `limit` (and ties at the cut, broken by id) need ids.
-            cut = sorted(scores.values(), reverse=True)[self.limit - 1]
+            cut = sorted(scores.values(), reverse=True)[limit - 1]
             scores = {r: s for r, s in scores.items() if s >= cut}
-        self._check(list(scores))
+        self._check([*scores, *(int(r) for r in (() if also is None else also))])
         ranked = sorted(((self.checked[r][0], s) for r, s in scores.items()
                          if self.checked[r][1]), key=lambda hit: (-hit[1], hit[0]))
-        return ranked[: self.limit]
+        return ranked[: limit]
 
     def _score(self, rowids: list[int], *, phrases_only: bool = False) -> dict[int, float]:
         """Exact BM25 of those of these documents that hold some term (or some phrase term:

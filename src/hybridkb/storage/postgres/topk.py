@@ -11,6 +11,10 @@ when the k-th best lower bound beats what any unseen document could reach; the d
 whose upper bound still reaches that threshold are scored exactly, so the answer is the
 exact BM25 top k, the same as scoring every match (up to float rounding).
 
+A document's postings of every term sit in buckets of its one length class, so the bounds
+of a document whose length is known, and of an unseen one, can be tightened to the unread
+buckets of one class (length_upper, length_unseen_bound).
+
 Phrase terms (several lexemes) are bounded through their rarest lexeme's postings (a
 phrase occurs no more often than any of its words) and always scored exactly at the end.
 """
@@ -45,14 +49,23 @@ def saturation(tf: Floats, dl: Floats, avgdl: float) -> Floats:
     return tf * (K1 + 1) / (tf + K1 * (1 - B + B * dl / avgdl))
 
 
-def bucket_bounds(buckets: Ints, weights: tuple[float, float], avgdl: float) -> Floats:
-    """The best saturation any posting in each bucket can have."""
-    dl_class = buckets % 128
+def _tf_hi(buckets: Ints, weights: tuple[float, float]) -> Floats:
+    """The highest weighted term frequency of each bucket's class."""
     nb_class = (buckets // 128) % 16
     nt_class = buckets // (128 * 16)
-    tf = weights[0] * _NT_HI[np.minimum(nt_class, 5)] + weights[1] * _NB_HI[np.minimum(nb_class, 14)]
-    dl_lo = np.maximum(np.exp2(dl_class / 2.0) * (1 - _SLACK), 1.0)
-    bound: Floats = saturation(tf, dl_lo, avgdl) * (1 + _SLACK)
+    tf: Floats = weights[0] * _NT_HI[np.minimum(nt_class, 5)] + weights[1] * _NB_HI[np.minimum(nb_class, 14)]
+    return tf
+
+
+def _dl_lo(dl_class: Ints | Floats) -> Floats:
+    """The shortest length of each length class (floor(2 log2 dl), migration 003)."""
+    lo: Floats = np.maximum(np.exp2(np.asarray(dl_class) / 2.0) * (1 - _SLACK), 1.0)
+    return lo
+
+
+def bucket_bounds(buckets: Ints, weights: tuple[float, float], avgdl: float) -> Floats:
+    """The best saturation any posting in each bucket can have."""
+    bound: Floats = saturation(_tf_hi(buckets, weights), _dl_lo(buckets % 128), avgdl) * (1 + _SLACK)
     return bound
 
 
@@ -106,11 +119,16 @@ class Seen:
     n_terms: int
     rowids: list[Ints] = field(default_factory=list)
     slots: list[Ints] = field(default_factory=list)
+    lengths: list[Ints] = field(default_factory=list)  # each posting's document length
     exact: list[Floats] = field(default_factory=list)  # weight, for exact terms
     bound: list[Floats] = field(default_factory=list)  # weight bound, for phrase terms
 
-    def add(self, slot: int, rowids: Ints, weight: Floats, exact: bool) -> None:
+    # Of the last bounds(): each posting's document and slot, each document's phrase bounds.
+    last: tuple[Ints, Ints, Floats] | None = None
+
+    def add(self, slot: int, rowids: Ints, weight: Floats, exact: bool, dl: Ints) -> None:
         self.rowids.append(rowids)
+        self.lengths.append(dl)
         self.slots.append(np.full(len(rowids), slot, dtype=np.int64))
         zero = np.zeros(len(rowids))
         self.exact.append(weight if exact else zero)
@@ -129,6 +147,7 @@ class Seen:
         slots = np.concatenate(self.slots)
         lower = np.bincount(at, weights=np.concatenate(self.exact), minlength=len(docs))
         phrase = np.bincount(at, weights=np.concatenate(self.bound), minlength=len(docs))
+        self.last = at, slots, phrase.astype(np.float64, copy=False)
 
         def per_doc(per_slot: Floats) -> Floats:  # summed over the terms each doc was seen in
             summed: Floats = np.bincount(at, weights=per_slot[slots], minlength=len(docs)).astype(
@@ -145,6 +164,58 @@ class Seen:
         known = (per_doc(left) == left.sum()) & (per_doc((~exact).astype(np.float64)) == 0)
         held = per_doc(exact.astype(np.float64)) > 0
         return docs, lower.astype(np.float64), upper, known, held
+
+
+    def where(self, places: Ints) -> tuple[Floats, Floats, npt.NDArray[np.bool_]]:
+        """Of the documents at `places` of the last bounds(): the phrase bounds read, the
+        length, and which terms each was seen in (len(places) x n_terms)."""
+        assert self.last is not None
+        at, slots, phrase = self.last
+        pos = np.full(len(phrase), -1, dtype=np.int64)
+        pos[places] = np.arange(len(places))
+        mine = pos[at]
+        sel = mine >= 0
+        dl = np.ones(len(places))
+        dl[mine[sel]] = np.concatenate(self.lengths)[sel]
+        seen = np.zeros((len(places), self.n_terms), dtype=bool)
+        seen[mine[sel], slots[sel]] = True
+        return phrase[places], dl, seen
+
+
+def unread_by_length(term: TermPlan, weights: tuple[float, float]) -> Floats:
+    """The highest weighted tf among the term's unread buckets of each length class (128
+    classes), each class taking its neighbours' too, so that a length rounded into the
+    next class at an edge is still covered; 0 where there is none."""
+    best = np.zeros(130)
+    rest = term.buckets[term.read:]
+    np.maximum.at(best, rest % 128 + 1, _tf_hi(rest, weights))
+    out: Floats = np.maximum(np.maximum(best[:-2], best[1:-1]), best[2:])
+    return out
+
+
+def length_unseen_bound(terms: list[TermPlan], weights: tuple[float, float], avgdl: float) -> float:
+    """The best score a document not seen yet could have, knowing that its postings of
+    every term sit in buckets of its one length class: at most unseen_bound(terms)."""
+    if not terms:
+        return 0.0
+    lo = _dl_lo(np.arange(128))
+    total = sum(t.idf * saturation(unread_by_length(t, weights), lo, avgdl) for t in terms)
+    return min(float(np.max(total)) * (1 + _SLACK), unseen_bound(terms))
+
+
+def length_upper(terms: list[TermPlan], weights: tuple[float, float], avgdl: float,
+                 read: Floats, dl: Floats, seen: npt.NDArray[np.bool_]) -> Floats:
+    """Upper bounds of documents of known length `dl` with weights (or phrase bounds)
+    `read` summed over the terms they were `seen` in: each term not seen can add at most
+    its best unread bucket of the document's length class, weighed at that length (a
+    tighter bound than the best unread bucket of any length)."""
+    dl_class = np.minimum(127, np.floor(2 * np.log(np.maximum(dl, 1.0)) / np.log(2.0))).astype(np.int64)
+    upper = read.astype(np.float64, copy=True)
+    for j, t in enumerate(terms):
+        tf = unread_by_length(t, weights)[dl_class]
+        upper += np.where(seen[:, j], 0.0, t.idf * saturation(tf, dl, avgdl))
+    out: Floats = upper * (1 + _SLACK)
+    return out
 
 
 def _distinct(rowids: Ints) -> tuple[Ints, Ints]:
@@ -177,3 +248,12 @@ def threshold(lower: Floats, passing: npt.NDArray[np.bool_], k: int) -> float:
 def unseen_bound(terms: list[TermPlan]) -> float:
     """The best score a document not seen yet could have."""
     return sum(t.unread_bound for t in terms)
+
+
+def best(lower: Floats, pool: npt.NDArray[np.bool_], n: int) -> Ints:
+    """The places of the `n` documents of `pool` with the best lower bounds, best first."""
+    places = np.flatnonzero(pool)
+    if len(places) > n:
+        places = places[np.argpartition(-lower[places], n - 1)[:n]]
+    order: Ints = places[np.argsort(-lower[places], kind="stable")].astype(np.int64, copy=False)
+    return order
