@@ -270,3 +270,23 @@ def test_the_model_loads_after_a_graph_was_searched(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
     assert "embedded 384" in proc.stdout
+
+
+def published_generation(kb: KnowledgeBase) -> str | None:
+    row = kb.backend._read("SELECT generation FROM derived_indexes WHERE name = 'vectors'")
+    return row[0][0] if row else None
+
+
+def test_a_bulk_load_returns_with_its_vector_base_built(db: Path) -> None:
+    kb = open_kb(db)
+    m = fill(kb, 300)
+    first = published_generation(kb)
+    assert first is not None  # built by add_many itself, before any search
+    builds = kb.backend._vectors.builds
+    kb.add("one more item", id="late", vector=unit_rows(1, 9)[0])  # a small write: the delta holds it
+    assert published_generation(kb) == first and kb.backend._vectors.builds == builds
+    hits = kb.search("item", mode="vector", limit=5).hits
+    q = np.asarray(kb.embedder.embed_query("item"), dtype=np.float32).reshape(-1)  # type: ignore[union-attr]
+    want = np.argsort(-(m @ q))[:5]
+    assert [h.id for h in hits if h.id != "late"][:4] == [f"v{i}" for i in want][:4]
+    kb.close()

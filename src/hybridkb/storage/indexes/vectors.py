@@ -113,6 +113,18 @@ class VectorIndexSync:
 
     # -- reading --------------------------------------------------------------------------------
 
+    def must_build_first(self, dim: int) -> bool:
+        """Whether the next search would have to build a base before answering: none is
+        published yet, or the vectors written since it are too many to hold as a delta."""
+        if self.folder is None:
+            return False
+        with self._lock:
+            base = self._current_base(dim)
+            if base is None:
+                return self.source.vector_count() > 0
+            _, head = self.source.log_bounds()
+            return head - base.seq > _delta_ceiling(base)
+
     def view(self, dim: int, *, read_only: bool = False) -> tuple[VectorBase | None, VectorDelta]:
         """The current base (None: everything is in the delta) and the delta after it.
         `read_only`: the store takes no writes (a newer schema, damage), so no base is
@@ -134,7 +146,7 @@ class VectorIndexSync:
                         base = self._current_base(dim)
             if base is not None and self.folder is not None:
                 _, head = self.source.log_bounds()
-                if head - base.seq > max(50_000, len(base) // 2):
+                if head - base.seq > _delta_ceiling(base):
                     # e.g. a re-embedding rewrote every vector: a delta that size would be the
                     # whole store in memory, so build a flat base first (the graph follows)
                     with self._exclusive("build"):
@@ -157,6 +169,12 @@ class VectorIndexSync:
                         self._build(dim, ann=self._wants_ann())
                     return self.view(dim)
             return base, self._delta
+
+    def settle(self, dim: int) -> None:
+        """After a bulk load: build now the base the next search would otherwise build
+        before answering (its first vector search after 1M items waited 41 s)."""
+        if self.must_build_first(dim):
+            self.view(dim)
 
     def _current_base(self, dim: int) -> VectorBase | None:
         if self.folder is None:
@@ -304,6 +322,12 @@ class VectorIndexSync:
         if base.seq < oldest - 1 or base.seq > head:
             return [f"vector index reflects change {base.seq}, which the log no longer joins"]
         return []
+
+
+def _delta_ceiling(base: VectorBase) -> int:
+    """Log entries past a base beyond which a search builds a new base first instead of
+    reading them into memory as its delta (e.g. a re-embedding, a bulk load)."""
+    return max(50_000, len(base) // 2)
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -311,10 +311,19 @@ class SQLiteBackend:
         row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'changes'").fetchone()
         return int(row[0]) if row and row[0] is not None else 0
 
-    def bulk_writes(self) -> AbstractContextManager[None]:
+    @contextmanager
+    def bulk_writes(self) -> Iterator[None]:
         """Around many batches (KnowledgeBase.add_many): each batch also goes straight into
-        the text index, committed when the block ends (indexes.sync.TextIndexSync.feeding)."""
-        return self._text.feeding()
+        the text index, committed when the block ends (indexes.sync.TextIndexSync.feeding);
+        then the vector base the next search would have to build before answering is built
+        here, so the load is searchable both ways when it returns. A failed build is the next
+        search's to retry: the items are committed."""
+        with self._text.feeding():
+            yield
+        dim = self.vector_dim()
+        if dim is not None and not self.newer_schema and not self.damaged:
+            with suppress(Exception):
+                self._vectors.settle(dim)
 
     def _prune_log(self, conn: Any) -> None:
         """Every ~1000 writes, drop the log rows both derived indexes on disk have passed
