@@ -1,14 +1,16 @@
 """Top-k BM25 on PostgreSQL through the impact-ordered index (migrations 003-004, topk.py).
 
-A query costs a handful of round trips: one for the terms, their buckets and the corpus
-statistics; one per round of bucket reads (one round reads every posting when the terms
-hold at most FULL_READ: at a search's depth of 300 the bounds would not stop the reading
-earlier); one to check the filters of the documents near the top; one to score the last
-candidates exactly (their phrases, when every one-word term has been read to the end).
-Scores equal sql.text_search's (same statistics: N, average length and df of the corpora
-searched), so the two paths are interchangeable (with `exact_top`, for the best
-`exact_top`: the ranks below come from the documents read, never above their scores);
-sql.py's one statement remains the path for filters that keep few rows (the index would read many postings of
+A query costs a handful of round trips: one for the terms, their buckets, the corpus
+statistics and the phrases' dfs, pipelined with the items no search may return (expired,
+stale); one per round of bucket reads (one round reads every posting when the terms hold
+at most FULL_READ: at a search's depth of 300 the bounds would not stop the reading
+earlier); one to score the last candidates exactly (their phrases, when every one-word
+term has been read to the end); one for the ids of the best hits (or the documents near
+the top, checked against a filter), none when IdCache holds them all. Scores equal
+sql.text_search's (same statistics: N, average length and df of the corpora searched), so
+the two paths are interchangeable (with `exact_top`, for the best `exact_top`: the ranks
+below come from the documents read, never above their scores); sql.py's one statement
+remains the path for filters that keep few rows (the index would read many postings of
 documents the filter then drops) and for queries made only of phrases.
 """
 
@@ -55,14 +57,11 @@ READ_CAP = 200_000  # postings read before the rest of the candidates are scored
 EARLY_FULL_READ = 50_000  # measured at 100,000 and 250,000 items against 8,000 and 100,000
 EARLY_GROWTH = 4  # each round of the early stop reads this many times the last
 
-# The query's first round trip, one statement (issue #16, fourth pass: these were three to
-# five): each query term's lexemes with the (bucket, count) pairs of the corpora searched,
-# whether it is one lexeme, N and the average length, a phrase's df (counted through the
-# GIN index), the items table's file (the key of IdCache); then, when the terms' proxy
-# lexemes (the rarest of each term's, as search() picks them) hold at most the given
-# number of postings, every block of those lexemes (what _READ_ALL reads), so a query
-# read in one round costs one statement before the ids. Rows of the first kind have
-# `packed` NULL, rows of blocks `nodes` NULL.
+# The query's first statement (issue #16, fourth pass: these were two, plus one per phrase,
+# plus one for the excluded items, sent with it in one round trip): each query term's
+# lexemes with the (bucket, count) pairs of the corpora searched, whether it is one lexeme,
+# N and the average length, a phrase's df (counted through the GIN index, once per term),
+# and the items table's file (the key of IdCache's entries).
 _TERMS = """
 WITH t AS MATERIALIZED (
     SELECT a.ord, numnode(x.q) AS nodes,
@@ -76,7 +75,7 @@ WITH t AS MATERIALIZED (
     SELECT coalesce(sum(n_docs), 0)::float8 AS n,
            greatest(coalesce(sum(total_len)::float8 / nullif(sum(n_docs), 0), 1), 1) AS avgdl
     FROM corpus_stats WHERE {stats_in_corpora}
-), k AS MATERIALIZED (
+), k AS (
     SELECT t.ord, l.lexeme COLLATE "C" AS lexeme, c.bucket, c.n
     FROM t CROSS JOIN LATERAL unnest(t.lexemes) AS l (lexeme)
     LEFT JOIN LATERAL (
@@ -84,24 +83,11 @@ WITH t AS MATERIALIZED (
         WHERE b.lexeme = l.lexeme AND {buckets_in_corpora}
         GROUP BY b.bucket HAVING sum(b.n) > 0
     ) AS c ON true
-), p AS MATERIALIZED (
-    SELECT DISTINCT ON (x.ord) x.ord, x.lexeme, x.df
-    FROM (SELECT ord, lexeme, coalesce(sum(n), 0) AS df FROM k GROUP BY ord, lexeme) AS x
-    JOIN t USING (ord)
-    WHERE coalesce(t.phrase_df, 1) > 0
-    ORDER BY x.ord, x.df, x.lexeme
 )
 SELECT k.ord, t.nodes, k.lexeme, k.bucket, k.n, s.n AS n_docs, s.avgdl, t.phrase_df,
-       pg_relation_filenode('items'::regclass)::bigint AS file, NULL::bytea AS packed
+       pg_relation_filenode('items'::regclass)::bigint AS file
 FROM k JOIN t USING (ord) CROSS JOIN s
-UNION ALL
-SELECT p.ord, NULL, p.lexeme, NULL, b.n, NULL, NULL, NULL, NULL, b.packed
-FROM p JOIN bm25_blocks b ON b.lexeme = p.lexeme
-WHERE p.df > 0 AND {blocks_in_corpora} AND b.rowids IS NOT NULL
-  AND (SELECT sum(df) FROM p) <= %s
-  AND EXISTS (SELECT 1 FROM p JOIN t USING (ord) WHERE t.nodes = 1 AND p.df > 0)
 """
-_GENERIC = "SET LOCAL plan_cache_mode = force_generic_plan"
 # The postings of the buckets read, block by block, as binary arrays serialized when the
 # block was written (`packed`, migration 006: array_send at read time was most of the
 # statement's server time): numpy weighs them (weighing each posting in SQL, unnested,
@@ -228,29 +214,23 @@ def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit:
     buckets_in, buckets_params = q._in_corpora("b.corpus", area.corpora)
     items_in, items_params = q._in_corpora("i.corpus", area.corpora)
     statement = sql.SQL(_TERMS).format(
-        in_corpora=items_in, stats_in_corpora=stats_in, buckets_in_corpora=buckets_in,
-        blocks_in_corpora=buckets_in)
+        in_corpora=items_in, stats_in_corpora=stats_in, buckets_in_corpora=buckets_in)
     excluded = _Excluded(area) if not area.filters.needs_row_filter else None
-    # One round trip: the terms (with the blocks of a one-round read) and the excluded items,
-    # in one snapshot. The terms' statement is planned once per connection (a generic plan:
-    # planning it with each query's values cost about 0.5 ms, and the plan does not change).
-    with conn.pipeline(), conn.transaction():
-        conn.execute(_GENERIC)
+    # One round trip: the terms and the excluded items.
+    with conn.pipeline():
         cur = conn.cursor(binary=True).execute(statement, [
-            *items_params, list(terms), *stats_params, *buckets_params, *buckets_params,
-            EARLY_FULL_READ if early else FULL_READ])
+            *items_params, list(terms), *stats_params, *buckets_params])
         if excluded is not None:
             excluded.send(conn)
     rows = cur.fetchall()
     excluded_rowids = excluded.result() if excluded is not None else None
-    heads = [r for r in rows if r[1] is not None]
-    if not heads:
+    if not rows:
         return []
-    n_docs, avgdl, file = float(heads[0][5]), float(heads[0][6]), heads[0][8]
+    n_docs, avgdl, file = float(rows[0][5]), float(rows[0][6]), rows[0][8]
     by_term: dict[int, dict[str, list[tuple[int, int]]]] = {}
     single: dict[int, bool] = {}
     phrase_df: dict[int, int] = {}
-    for ord_, nodes, lexeme, bucket, count, _n, _a, pdf, _f, _p in heads:
+    for ord_, nodes, lexeme, bucket, count, _n, _a, pdf, _f in rows:
         by_term.setdefault(ord_, {}).setdefault(lexeme, [])
         single[ord_] = nodes == 1
         phrase_df[ord_] = int(pdf or 0)
@@ -273,15 +253,11 @@ def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit:
         return []
     if not any(p.exact for p in plans):
         return None
-    slot_of = {(p.ord, p.lexeme): i for i, p in enumerate(plans)}
-    blocks = [(slot_of[(r[0], r[2])], r[4], r[9]) for r in rows
-              if r[1] is None and (r[0], r[2]) in slot_of]
     info = conn.info
     known = ids.table((info.host, info.port, info.dbname, file)) if ids is not None else None
     run = _Run(conn, terms, plans, area, limit, weights, avgdl, excluded_rowids, known)
     if early:
         run.exact_top, run.tail = max(1, exact_top or 1), tail
-    run.blocks = blocks or None
     return run.run()
 
 
@@ -336,24 +312,16 @@ class _Run:
         self.exact_top, self.tail = limit, "exact"  # the early stop's (exact_top < limit)
         self.postings = 0  # read so far
         self.scored: dict[int, float] = {}  # rowid -> exact score, scored before the end
-        self.blocks: list[Any] | None = None  # every block of the terms, if read with them
 
     def run(self) -> ScoredIds:
-        blocks, self.blocks = self.blocks, None
         total = sum(int(p.counts.sum()) for p in self.plans)
         k = self.exact_top
         early = k < self.limit
         one_round = total <= (EARLY_FULL_READ if early else FULL_READ)
         budget = max(FIRST_BUDGET, 8 * k)
         while True:
-            if blocks is not None and one_round:
-                for p in self.plans:
-                    p.read = len(p.buckets)
-                self.postings += self._weigh(blocks)
-                blocks = None
-            else:
-                self.postings += self._read_all() if one_round else self._read(
-                    topk.next_reads(self.plans, budget))
+            self.postings += self._read_all() if one_round else self._read(
+                topk.next_reads(self.plans, budget))
             budget *= EARLY_GROWTH if early else 4
             unread = np.array([p.unread_bound for p in self.plans])
             docs, lower, upper, known, held = self.seen.bounds(unread, self.exact)
