@@ -191,15 +191,15 @@ class IdCache:
     MAX = 500_000  # entries kept; a fuller cache starts again empty
 
     def __init__(self) -> None:
-        self._key: tuple[Any, ...] | None = None
-        self._ids: dict[int, str] = {}
+        self._entry: tuple[tuple[Any, ...] | None, dict[int, str]] = (None, {})
 
     def table(self, key: tuple[Any, ...]) -> dict[int, str]:
         """The entries of this key (a dict to read and fill; another key's are dropped)."""
-        if self._key != key or len(self._ids) > self.MAX:
-            # One assignment: a concurrent search of the old key fills a dict no one reads.
-            self._key, self._ids = key, {}
-        return self._ids
+        entry = self._entry  # key and entries in one reference: threads see both or neither
+        if entry[0] != key or len(entry[1]) > self.MAX:
+            entry = (key, {})
+            self._entry = entry  # a search of the old key fills a dict no one reads again
+        return entry[1]
 
 
 def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit: int,
