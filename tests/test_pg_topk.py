@@ -347,3 +347,34 @@ def test_length_bounds_hold() -> None:
         never = ~read.any(axis=1)  # documents no posting read has shown
         if never.any():
             assert best_unseen >= weight[never].sum(axis=1).max()
+
+
+def test_searches_see_other_connections_writes(pg_url: str) -> None:
+    """Item ids kept across searches (fulltext.IdCache) never outlive the rows: another
+    connection's delete, insert, and emptying of the items table with its identity
+    restarted (rowids given again to other items) show in the next search."""
+    area = SearchArea(corpora=("c",), filters=Filters(), now=time.time())
+    reader = hybridkb.open(pg_url, embedder=None)
+    writer = hybridkb.open(pg_url, embedder=None)
+    try:
+        writer.add_many([{"id": f"a{i}", "corpus": "c", "text": f"w1 w2 alpha{i}"} for i in range(5)])
+        query = parse("w1")
+        assert {h for h, _ in reader.backend.text_search(query, area, 10)} == {f"a{i}" for i in range(5)}
+        writer.delete("a0")
+        writer.add_many([{"id": "b0", "corpus": "c", "text": "w1 beta"}])
+        assert {h for h, _ in reader.backend.text_search(query, area, 10)} == {
+            "a1", "a2", "a3", "a4", "b0"}
+        with psycopg.connect(pg_url, autocommit=True) as conn:  # a store emptied and refilled
+            conn.execute("TRUNCATE items, bm25_blocks, corpus_stats RESTART IDENTITY CASCADE")
+        writer.add_many([{"id": f"z{i}", "corpus": "c", "text": f"w1 zeta{i}"} for i in range(6)])
+        hits = reader.backend.text_search(query, area, 10)
+        exact = hybridkb.open(pg_url, embedder=None, bm25_search="exact")
+        try:
+            want = exact.backend.text_search(query, area, 10)
+            assert [s for _, s in hits] == pytest.approx([s for _, s in want], rel=1e-9)
+        finally:
+            exact.close()
+        assert {h for h, _ in hits} == {f"z{i}" for i in range(6)}
+    finally:
+        reader.close()
+        writer.close()

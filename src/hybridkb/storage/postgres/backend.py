@@ -121,6 +121,7 @@ class PostgresBackend:
         self.filtered_exact_rows = int(filtered_exact_rows)
         self.ts_normalization = int(ts_normalization)
         self.hnsw_min_rows = int(hnsw_min_rows)
+        self._ids = fulltext.IdCache()  # item ids of rowids, across full-text searches
         try:
             in_url = conninfo_to_dict(url)
         except (psycopg.Error, ValueError) as exc:
@@ -471,7 +472,7 @@ class PostgresBackend:
         def work(conn: Connection[Any]) -> list[Any]:
             if not area.filters.needs_row_filter or fulltext.keeps_many(conn, area, self.filtered_exact_rows):
                 found = fulltext.search(conn, terms, area, limit, self.bm25_weights,
-                                        self.bm25_exact_top, self.bm25_tail)
+                                        self.bm25_exact_top, self.bm25_tail, self._ids)
                 if found is not None:
                     return found
             return conn.execute(statement, params).fetchall()

@@ -1,14 +1,16 @@
 """Top-k BM25 on PostgreSQL through the impact-ordered index (migrations 003-004, topk.py).
 
-A query costs a handful of round trips: one for the terms, their buckets and the corpus
-statistics; one per round of bucket reads (one round reads every posting when the terms
-hold at most FULL_READ: at a search's depth of 300 the bounds would not stop the reading
-earlier); one to check the filters of the documents near the top; one to score the last
-candidates exactly (their phrases, when every one-word term has been read to the end).
-Scores equal sql.text_search's (same statistics: N, average length and df of the corpora
-searched), so the two paths are interchangeable (with `exact_top`, for the best
-`exact_top`: the ranks below come from the documents read, never above their scores);
-sql.py's one statement remains the path for filters that keep few rows (the index would read many postings of
+A query costs a handful of round trips: one for the terms, their buckets, the corpus
+statistics and the phrases' dfs, pipelined with the items no search may return (expired,
+stale); one per round of bucket reads (one round reads every posting when the terms hold
+at most FULL_READ: at a search's depth of 300 the bounds would not stop the reading
+earlier); one to score the last candidates exactly (their phrases, when every one-word
+term has been read to the end); one for the ids of the best hits (or the documents near
+the top, checked against a filter), none when IdCache holds them all. Scores equal
+sql.text_search's (same statistics: N, average length and df of the corpora searched), so
+the two paths are interchangeable (with `exact_top`, for the best `exact_top`: the ranks
+below come from the documents read, never above their scores); sql.py's one statement
+remains the path for filters that keep few rows (the index would read many postings of
 documents the filter then drops) and for queries made only of phrases.
 """
 
@@ -55,28 +57,37 @@ READ_CAP = 200_000  # postings read before the rest of the candidates are scored
 EARLY_FULL_READ = 50_000  # measured at 100,000 and 250,000 items against 8,000 and 100,000
 EARLY_GROWTH = 4  # each round of the early stop reads this many times the last
 
-# Each query term: its tsquery, whether it is one lexeme, and its lexemes with the
-# (bucket, count) pairs of the corpora searched; plus N and the average length.
+# The query's first statement (issue #16, fourth pass: these were two, plus one per phrase,
+# plus one for the excluded items, sent with it in one round trip): each query term's
+# lexemes with the (bucket, count) pairs of the corpora searched, whether it is one lexeme,
+# N and the average length, a phrase's df (counted through the GIN index, once per term),
+# and the items table's file (the key of IdCache's entries).
 _TERMS = """
-WITH t AS (
-    SELECT a.ord, phraseto_tsquery('english', a.term) AS q,
-           tsvector_to_array(to_tsvector('english', a.term)) AS lexemes
+WITH t AS MATERIALIZED (
+    SELECT a.ord, numnode(x.q) AS nodes,
+           tsvector_to_array(to_tsvector('english', a.term)) AS lexemes,
+           CASE WHEN numnode(x.q) > 1 THEN (
+               SELECT count(*) FROM items i WHERE {in_corpora} AND i.tsv @@ x.q) END AS phrase_df
     FROM unnest(%s::text[]) WITH ORDINALITY AS a (term, ord)
+    CROSS JOIN LATERAL phraseto_tsquery('english', a.term) AS x (q)
+    WHERE numnode(x.q) > 0
 ), s AS (
     SELECT coalesce(sum(n_docs), 0)::float8 AS n,
            greatest(coalesce(sum(total_len)::float8 / nullif(sum(n_docs), 0), 1), 1) AS avgdl
     FROM corpus_stats WHERE {stats_in_corpora}
+), k AS (
+    SELECT t.ord, l.lexeme COLLATE "C" AS lexeme, c.bucket, c.n
+    FROM t CROSS JOIN LATERAL unnest(t.lexemes) AS l (lexeme)
+    LEFT JOIN LATERAL (
+        SELECT b.bucket, sum(b.n)::bigint AS n FROM bm25_blocks b
+        WHERE b.lexeme = l.lexeme AND {buckets_in_corpora}
+        GROUP BY b.bucket HAVING sum(b.n) > 0
+    ) AS c ON true
 )
-SELECT t.ord, numnode(t.q), l.lexeme, k.bucket, k.n, s.n, s.avgdl
-FROM t CROSS JOIN s CROSS JOIN LATERAL unnest(t.lexemes) AS l (lexeme)
-LEFT JOIN LATERAL (
-    SELECT b.bucket, sum(b.n)::bigint AS n FROM bm25_blocks b
-    WHERE b.lexeme = l.lexeme AND {buckets_in_corpora}
-    GROUP BY b.bucket HAVING sum(b.n) > 0
-) AS k ON true
-WHERE numnode(t.q) > 0
+SELECT k.ord, t.nodes, k.lexeme, k.bucket, k.n, s.n AS n_docs, s.avgdl, t.phrase_df,
+       pg_relation_filenode('items'::regclass)::bigint AS file
+FROM k JOIN t USING (ord) CROSS JOIN s
 """
-_PHRASE_DF = "SELECT count(*) FROM items i WHERE {in_corpora} AND i.tsv @@ phraseto_tsquery('english', %s)"
 # The postings of the buckets read, block by block, as binary arrays serialized when the
 # block was written (`packed`, migration 006: array_send at read time was most of the
 # statement's server time): numpy weighs them (weighing each posting in SQL, unnested,
@@ -169,26 +180,60 @@ def keeps_many(conn: Connection[Any], area: SearchArea, min_rows: int) -> bool:
     return rows >= min_rows or share >= BROAD_SHARE
 
 
+class IdCache:
+    """Item ids by rowid, kept across searches. A rowid is an identity value given to one
+    item for good (no statement changes an item's id or reuses a rowid), so an entry only
+    goes stale if the items table is replaced or emptied with its identity restarted:
+    entries are kept per server, database and file of the items table
+    (pg_relation_filenode, read with the query's terms; TRUNCATE and a re-created table
+    get a new file). A search looks its best hits up here and fetches only the others."""
+
+    MAX = 500_000  # entries kept; a fuller cache starts again empty
+
+    def __init__(self) -> None:
+        self._entry: tuple[tuple[Any, ...] | None, dict[int, str]] = (None, {})
+
+    def table(self, key: tuple[Any, ...]) -> dict[int, str]:
+        """The entries of this key (a dict to read and fill; another key's are dropped)."""
+        entry = self._entry  # key and entries in one reference: threads see both or neither
+        if entry[0] != key or len(entry[1]) > self.MAX:
+            entry = (key, {})
+            self._entry = entry  # a search of the old key fills a dict no one reads again
+        return entry[1]
+
+
 def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit: int,
            weights: tuple[float, float], exact_top: int | None = None,
-           tail: str = "bounds") -> ScoredIds | None:
+           tail: str = "bounds", ids: IdCache | None = None) -> ScoredIds | None:
     """The BM25 top `limit` over the OR of `terms`, or None when this query is better
     answered by scoring every match (sql.text_search). Exact to the full depth, or, with
     `exact_top`, exact for the best `exact_top` and filled below from the documents seen
-    (scores by `tail`, never above the exact ones)."""
+    (scores by `tail`, never above the exact ones). `ids` keeps item ids across searches."""
+    early = exact_top is not None and exact_top < limit
     stats_in, stats_params = q._in_corpora("corpus", area.corpora)
     buckets_in, buckets_params = q._in_corpora("b.corpus", area.corpora)
-    rows = conn.execute(sql.SQL(_TERMS).format(
-        stats_in_corpora=stats_in, buckets_in_corpora=buckets_in),
-        [list(terms), *stats_params, *buckets_params]).fetchall()
+    items_in, items_params = q._in_corpora("i.corpus", area.corpora)
+    statement = sql.SQL(_TERMS).format(
+        in_corpora=items_in, stats_in_corpora=stats_in, buckets_in_corpora=buckets_in)
+    excluded = _Excluded(area) if not area.filters.needs_row_filter else None
+    # One round trip: the terms and the excluded items.
+    with conn.pipeline():
+        cur = conn.cursor(binary=True).execute(statement, [
+            *items_params, list(terms), *stats_params, *buckets_params])
+        if excluded is not None:
+            excluded.send(conn)
+    rows = cur.fetchall()
+    excluded_rowids = excluded.result() if excluded is not None else None
     if not rows:
         return []
-    n_docs, avgdl = float(rows[0][5]), float(rows[0][6])
+    n_docs, avgdl, file = float(rows[0][5]), float(rows[0][6]), rows[0][8]
     by_term: dict[int, dict[str, list[tuple[int, int]]]] = {}
     single: dict[int, bool] = {}
-    for ord_, nodes, lexeme, bucket, count, _n, _a in rows:
+    phrase_df: dict[int, int] = {}
+    for ord_, nodes, lexeme, bucket, count, _n, _a, pdf, _f in rows:
         by_term.setdefault(ord_, {}).setdefault(lexeme, [])
         single[ord_] = nodes == 1
+        phrase_df[ord_] = int(pdf or 0)
         if bucket is not None:
             by_term[ord_][lexeme].append((int(bucket), int(count)))
     plans: list[topk.TermPlan] = []
@@ -197,14 +242,9 @@ def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit:
         proxy = min(dfs, key=lambda lx: (dfs[lx], lx))
         if dfs[proxy] == 0:
             continue  # no document holds it
-        if single[ord_]:
-            df = dfs[proxy]
-        else:
-            statement, params = _fmt(_PHRASE_DF, area, "i")
-            row = conn.execute(statement, [*params, terms[ord_ - 1]]).fetchone()
-            df = int(row[0]) if row else 0
-            if df == 0:
-                continue
+        df = dfs[proxy] if single[ord_] else phrase_df[ord_]
+        if df == 0:
+            continue
         buckets = np.array([b for b, _ in lexemes[proxy]], dtype=np.int64)
         counts = np.array([c for _, c in lexemes[proxy]], dtype=np.int64)
         plans.append(topk.plan_term(ord_, proxy, single[ord_], topk.idf(n_docs, df), buckets,
@@ -213,17 +253,49 @@ def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit:
         return []
     if not any(p.exact for p in plans):
         return None
-    run = _Run(conn, terms, plans, area, limit, weights, avgdl)
-    if exact_top is not None and exact_top < limit:
-        run.exact_top, run.tail = max(1, exact_top), tail
+    info = conn.info
+    known = ids.table((info.host, info.port, info.dbname, file)) if ids is not None else None
+    run = _Run(conn, terms, plans, area, limit, weights, avgdl, excluded_rowids, known)
+    if early:
+        run.exact_top, run.tail = max(1, exact_top or 1), tail
     return run.run()
+
+
+class _Excluded:
+    """The items no search may return (expired, stale), found through partial indexes."""
+
+    def __init__(self, area: SearchArea) -> None:
+        f = area.filters
+        parts, self.params = [], []
+        if not f.include_expired:
+            parts.append("(i.expires_at IS NOT NULL AND i.expires_at <= %s)")
+            self.params.append(area.now)
+        if not f.include_stale:
+            parts.append("i.stale")
+        self.statement: sql.Composed | None = None
+        if parts:
+            self.statement, corpus_params = _fmt(_EXCLUDED, area, "i",
+                                                 excluded=sql.SQL(" OR ".join(parts)))
+            self.params = [*corpus_params, *self.params]
+        self.cursor: Any = None
+
+    def send(self, conn: Connection[Any]) -> None:
+        if self.statement is not None:
+            self.cursor = conn.cursor(binary=True).execute(self.statement, self.params)
+
+    def result(self) -> Any:
+        if self.cursor is None:
+            return np.zeros(0, dtype=np.int64)
+        row = self.cursor.fetchone()
+        return _array(row[0] if row else None, "i")
 
 
 class _Run:
     """One top-k query: reads buckets until the k-th lower bound beats every unseen doc."""
 
     def __init__(self, conn: Connection[Any], terms: Sequence[str], plans: list[topk.TermPlan],
-                 area: SearchArea, limit: int, weights: tuple[float, float], avgdl: float) -> None:
+                 area: SearchArea, limit: int, weights: tuple[float, float], avgdl: float,
+                 excluded: Any = None, ids: dict[int, str] | None = None) -> None:
         self.conn, self.terms, self.plans, self.area = conn, terms, plans, area
         self.limit, self.weights, self.avgdl = limit, weights, avgdl
         self.seen = topk.Seen(len(plans))
@@ -233,27 +305,13 @@ class _Run:
         self.check_sql = sql.SQL(_CHECK).format(ok=sql.SQL("({})").format(ok))
         self.read_sql, self.read_params = _fmt(_READ, area, "b")
         self.read_all_sql, _ = _fmt(_READ_ALL, area, "b")
-        self.excluded: Any = None  # rowids no search may return, when that set is known
+        # Rowids no search may return, when that set is known (no other filter): then every
+        # other document passes, and only ids are fetched, those not in `ids` (IdCache).
+        self.excluded: Any = excluded
+        self.ids = ids if excluded is not None else None
         self.exact_top, self.tail = limit, "exact"  # the early stop's (exact_top < limit)
         self.postings = 0  # read so far
         self.scored: dict[int, float] = {}  # rowid -> exact score, scored before the end
-        if not area.filters.needs_row_filter:
-            self.excluded = self._excluded()
-
-    def _excluded(self) -> Any:
-        f = self.area.filters
-        parts, params = [], []
-        if not f.include_expired:
-            parts.append("(i.expires_at IS NOT NULL AND i.expires_at <= %s)")
-            params.append(self.area.now)
-        if not f.include_stale:
-            parts.append("i.stale")
-        if not parts:
-            return np.zeros(0, dtype=np.int64)
-        statement, corpus_params = _fmt(_EXCLUDED, self.area, "i",
-                                        excluded=sql.SQL(" OR ".join(parts)))
-        row = self.conn.cursor(binary=True).execute(statement, [*corpus_params, *params]).fetchone()
-        return _array(row[0] if row else None, "i")
 
     def run(self) -> ScoredIds:
         total = sum(int(p.counts.sum()) for p in self.plans)
@@ -372,7 +430,7 @@ class _Run:
                 at = end
             blocks.setdefault(slot, []).append(tuple(parts))
         n = 0
-        for slot, parts in blocks.items():
+        for slot, parts in sorted(blocks.items()):  # terms in order: sums add alike
             ids, nt, nb, dl = (_elements(b"".join(c), kind) for c, kind in zip(
                 zip(*parts, strict=True), ("i", "i2", "i2", "i4"), strict=True))
             tf = self.weights[0] * nt.astype(np.float64) + self.weights[1] * nb.astype(np.float64)
@@ -408,9 +466,15 @@ class _Run:
 
     def _check(self, rowids: Sequence[int] | topk.Ints) -> None:
         todo = [int(r) for r in rowids if int(r) not in self.checked]
+        if todo and self.ids is not None:  # every document asked about passes (_passing)
+            known = self.ids
+            self.checked.update((r, (known[r], True)) for r in todo if r in known)
+            todo = [r for r in todo if r not in known]
         if todo:
             for rowid, item_id, ok in self.conn.execute(self.check_sql, [*self.ok_params, todo]):
                 self.checked[int(rowid)] = (item_id, bool(ok))
+                if self.ids is not None:
+                    self.ids[int(rowid)] = item_id
             for r in todo:  # gone (cannot happen within one snapshot; never return it)
                 self.checked.setdefault(r, ("", False))
 
