@@ -37,7 +37,8 @@ def published(db: Path) -> Path | None:
 
 def test_optimize_builds_the_text_index_and_the_graph(store: Path, monkeypatch: pytest.MonkeyPatch
                                                      ) -> None:
-    assert published(store) is None  # nothing searched yet: no vector base at all
+    before = published(store)  # add_many built a flat base; the graph is optimize's (or a search's)
+    assert before is not None and not (before / "ann.usearch").exists()
     monkeypatch.setenv("HYBRIDKB_PROGRESS", "1")
     runner = CliRunner()
     result = runner.invoke(cli, ["--db", str(store), "optimize"])

@@ -32,7 +32,7 @@ from ..indexes.vectors import ANN_MODES, VectorIndexSync, knn
 from ..records import DEFAULT_BM25_WEIGHTS, META_PENDING_VECTOR_DIM, META_VECTOR_DIM
 from . import driver as sqlite_driver
 from . import maintenance
-from .changes import DOC_COLUMNS, SQLiteChanges, prune, text_doc
+from .changes import DOC_COLUMNS, SQLiteChanges, prune_passed, text_doc
 from .reads import IdMap, Memo
 from .tables import SET_META as _SET_META
 from .tables import Tables as _Tables
@@ -313,15 +313,12 @@ class SQLiteBackend:
 
     @contextmanager
     def bulk_writes(self) -> Iterator[None]:
-        """Around many batches (KnowledgeBase.add_many): each batch also goes straight into
-        the text index, committed when the block ends (indexes.sync.TextIndexSync.feeding);
-        then the vector base the next search would have to build before answering is built
-        here, so the load is searchable both ways when it returns. A failed build is the next
-        search's to retry: the items are committed."""
+        """Around many batches (KnowledgeBase.add_many): each batch also goes into the text
+        index (TextIndexSync.feeding); then the vector base the next search would have to
+        build first is built here (a failure is the next search's to retry)."""
         with self._text.feeding():
             yield
-        dim = self.vector_dim()
-        if dim is not None and not self.newer_schema and not self.damaged:
+        if (dim := self.vector_dim()) is not None and not (self.newer_schema or self.damaged):
             with suppress(Exception):
                 self._vectors.settle(dim)
 
@@ -333,13 +330,7 @@ class SQLiteBackend:
         if self.index_dir is None or self._writes_since_prune < 1000:
             return
         self._writes_since_prune = 0
-        text_seq = self._text.disk_seq()
-        row = conn.execute("SELECT seq FROM derived_indexes WHERE name = 'vectors'").fetchone()
-        vector_seq = None if row is None else int(row[0])
-        if self.vector_dim() is None:
-            vector_seq = text_seq  # no vectors: only the text index reads the log
-        if text_seq is not None and vector_seq is not None:
-            prune(conn, min(text_seq, vector_seq))
+        prune_passed(conn, self._text.disk_seq(), has_vectors=self.vector_dim() is not None)
 
     def write_vectors(
         self, ids: Sequence[str], vectors: Sequence[Vector], content_hashes: Sequence[str],

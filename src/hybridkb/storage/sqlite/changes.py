@@ -162,3 +162,15 @@ def _batch(rows: Sequence[Any], dim: int) -> Batch:
 def prune(conn: Any, through: int) -> int:
     """Drop log rows every derived index has passed (inside the caller's write transaction)."""
     return int(conn.execute("DELETE FROM changes WHERE seq <= ?", (int(through),)).rowcount)
+
+
+def prune_passed(conn: Any, text_seq: int | None, *, has_vectors: bool) -> int:
+    """Drop the log rows both derived indexes on disk have passed: the text index's
+    (`text_seq`, None when it has none) and the published vector base's."""
+    row = conn.execute("SELECT seq FROM derived_indexes WHERE name = 'vectors'").fetchone()
+    vector_seq = None if row is None else int(row[0])
+    if not has_vectors:
+        vector_seq = text_seq  # no vectors: only the text index reads the log
+    if text_seq is None or vector_seq is None:
+        return 0
+    return prune(conn, min(text_seq, vector_seq))
