@@ -20,7 +20,5 @@ def dot_rows(block: Any, query: Any) -> npt.NDArray[np.float32]:
     """Each row of `block` (rows x dim) dotted with `query` (dim), as float32."""
     rows = np.asarray(block, dtype=np.float32)
     q = np.asarray(query, dtype=np.float32).reshape(-1)
-    if rows.ndim != 2 or rows.shape[0] == 0:
-        return np.zeros(rows.shape[0] if rows.ndim else 0, dtype=np.float32)
-    out: npt.NDArray[np.float32] = np.einsum("ij,j->i", rows, q)
+    out: npt.NDArray[np.float32] = np.einsum("ij,j->i", rows, q)  # (0, dim) gives (0,)
     return out
