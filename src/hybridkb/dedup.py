@@ -10,6 +10,7 @@ their first |x| - ceil(t·|x|) + 1 tokens, so most pairs are never compared.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import re
 from collections import Counter
@@ -61,7 +62,7 @@ def _prefix_length(size: int, threshold: float) -> int:
 def collapse(
     ranked: Sequence[tuple[str, str]], threshold: float = DEFAULT_THRESHOLD,
     *, scores: Mapping[str, float] | None = None, max_gap: float = DEFAULT_MAX_GAP,
-    token_sets: dict[str, frozenset[str]] | None = None,
+    token_sets: dict[str, frozenset[str]] | None = None, prints: Mapping[str, int | None] | None = None,
 ) -> tuple[list[str], dict[str, list[str]]]:
     """Collapse near-duplicates in a best-first list of (id, text).
 
@@ -70,6 +71,8 @@ def collapse(
     that a retriever tells apart by that much are not the same answer.
     `token_sets` memoizes each id's token set across calls (one search collapses each
     retriever's list and then the fused one: tokenizing is most of the cost).
+    `prints` holds the stored `word_print` of ids that have one (threshold 1.0 then
+    tokenizes only to confirm a match).
     Returns the surviving ids in order and, per survivor, the ids it absorbed.
     """
     if not 0.0 < threshold <= 1.0:
@@ -80,7 +83,7 @@ def collapse(
         firsts.setdefault(doc_id, text)  # the first (best) place of each id, in order
     unique = list(firsts.items())
     if threshold >= 1.0:  # identical token sets: no gap can separate them
-        return _collapse_identical(unique, memo)
+        return _collapse_identical(unique, memo, prints or {})
     docs = [(doc_id, _memo_tokens(memo, doc_id, text)) for doc_id, text in unique]
 
     def close(survivor: str, doc: str) -> bool:
@@ -179,26 +182,36 @@ def _remembered(cache: dict[K, V], limit: int, key: K, make: Callable[[], V]) ->
 # Texts seen lately -> the hash of their token set. Tokenizing is most of a search's
 # dedup cost, and the same items come back query after query. Keyed by the text's own
 # hash and length (no id: an edited item is a new text); bounded, oldest out first.
+# Stores keep each item's print beside it (written once, with the item), so a search
+# only computes it for rows written before the column existed.
 _FINGERPRINTS: dict[tuple[int, int], int] = {}
 _FINGERPRINTS_MAX = 100_000
 
 
+def word_print(text: str) -> int:
+    """A stable signed 64-bit hash of the text's token set (the same in every process and
+    on every platform, so a store can keep it): equal token sets give equal prints."""
+    joined = "\x00".join(sorted(tokens(text))).encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(joined, digest_size=8).digest(), "little", signed=True)
+
+
 def word_set_fingerprint(text: str) -> int:
-    """The hash of the text's token set; equal token sets always give equal fingerprints."""
+    """`word_print(text)`, remembered for texts seen lately."""
     return _remembered(_FINGERPRINTS, _FINGERPRINTS_MAX, (len(text), hash(text)),
-                       lambda: hash(tokens(text)))
+                       lambda: word_print(text))
 
 
 def _collapse_identical(
-    docs: list[tuple[str, str]], memo: dict[str, frozenset[str]],
+    docs: list[tuple[str, str]], memo: dict[str, frozenset[str]], prints: Mapping[str, int | None],
 ) -> tuple[list[str], dict[str, list[str]]]:
-    """Threshold 1.0: equal token sets, found by their fingerprints; texts are tokenized
-    only to confirm a match (or when not seen lately)."""
+    """Threshold 1.0: equal token sets, found by their prints (stored, or computed when
+    not seen lately); texts are tokenized only to confirm a match."""
     first: dict[int, list[tuple[str, str]]] = {}
     kept: list[str] = []
     absorbed: dict[str, list[str]] = {}
     for doc_id, text in docs:
-        same_print = first.setdefault(word_set_fingerprint(text), [])
+        stored = prints.get(doc_id)
+        same_print = first.setdefault(word_set_fingerprint(text) if stored is None else stored, [])
         survivor = None
         if same_print:  # confirm on the token sets: a fingerprint can collide
             toks = _memo_tokens(memo, doc_id, text)

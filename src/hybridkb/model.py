@@ -109,11 +109,18 @@ class StoredItem(Item):
     """An item as the store returns it: its id is always set."""
 
     id: str  # narrowed from Item's `str | None`
+    # The store's hash of the text's word set (dedup.word_print), kept so that a search's
+    # near-duplicate collapse need not tokenize every text it reads; None for rows written
+    # before stores kept it. Not part of the item: equality and to_dict() leave it out.
+    word_print: int | None = field(default=None, repr=False)
 
     def __eq__(self, other: object) -> bool:  # equal to an Item with the same fields
         if not isinstance(other, Item):
             return NotImplemented
         return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(Item))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(Item)}
 
 
 ITEM_FIELDS = frozenset(f.name for f in fields(Item))

@@ -283,7 +283,8 @@ def _collapse(
     absorbed: dict[str, list[str]] = {}
     if plan.dedup_threshold is not None and len(order) > 1:
         order, absorbed = dedup.collapse([(d, items[d].text) for d in order], plan.dedup_threshold,
-                                         scores=scores, token_sets=token_sets)
+                                         scores=scores, token_sets=token_sets,
+                                         prints={d: items[d].word_print for d in order})
     if plan.dedup_cosine is not None and len(order) > 1:
         order, by_vector = dedup.collapse_by_vectors(order, vectors, plan.dedup_cosine)
         for survivor, others in by_vector.items():

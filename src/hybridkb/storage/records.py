@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..dedup import word_print
 from ..errors import DimensionMismatchError, StoreError
 from ..model import Item, StoredItem
 from ..pathglob import paths_regex
@@ -39,9 +40,12 @@ ITEM_COLUMNS = (
     "metadata", "created_at", "updated_at", "expires_at", "access_count", "last_accessed_at",
     "stale",
 )
-# Written beside the item: the hash of its embedding text, and the hash its vector was
-# computed from (NULL: no current vector).
-WRITE_COLUMNS = (*ITEM_COLUMNS, "content_hash", "embedded_hash")
+# Read with the item: the hash of its word set (dedup.word_print; NULL in rows written
+# before the column existed), so a search's duplicate collapse need not tokenize the text.
+READ_COLUMNS = (*ITEM_COLUMNS, "word_print")
+# Written beside the item: the hash of its embedding text, the hash its vector was
+# computed from (NULL: no current vector), and its word print.
+WRITE_COLUMNS = (*ITEM_COLUMNS, "content_hash", "embedded_hash", "word_print")
 # Replacing an item keeps when it was created and how it was used.
 _KEPT_ON_REPLACE = frozenset({"id", "created_at", "access_count", "last_accessed_at"})
 
@@ -49,7 +53,7 @@ _KEPT_ON_REPLACE = frozenset({"id", "created_at", "access_count", "last_accessed
 # last_accessed_at, and keeps its vector (embedded_hash) when its content hash is unchanged.
 ON_CONFLICT_REPLACE = (
     "ON CONFLICT (id) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in (*ITEM_COLUMNS, "content_hash")
+    + ", ".join(f"{c} = excluded.{c}" for c in (*ITEM_COLUMNS, "content_hash", "word_print")
                 if c not in _KEPT_ON_REPLACE)
     + ", embedded_hash = CASE WHEN excluded.embedded_hash IS NOT NULL THEN excluded.embedded_hash "
     "WHEN items.content_hash = excluded.content_hash THEN items.embedded_hash ELSE NULL END"
@@ -69,11 +73,13 @@ def write_values(item: Item, content_hash: str, *, with_vector: bool) -> tuple[A
         item.namespace, item.source_url, json.dumps(item.metadata, ensure_ascii=False, sort_keys=True),
         item.created_at, item.updated_at, item.expires_at, item.access_count,
         item.last_accessed_at, bool(item.stale), content_hash, content_hash if with_vector else None,
+        word_print(item.text),
     )
 
 
 def row_to_item(row: Sequence[Any]) -> StoredItem:
-    """An ITEM_COLUMNS row as an item; metadata arrives as JSON text or already decoded."""
+    """An ITEM_COLUMNS or READ_COLUMNS row as an item; metadata arrives as JSON text or
+    already decoded."""
     metadata = row[9]
     if not metadata or metadata == "{}":  # most items: nothing to parse
         metadata = {}
@@ -84,6 +90,7 @@ def row_to_item(row: Sequence[Any]) -> StoredItem:
         repo=row[6], namespace=row[7], source_url=row[8], metadata=metadata,
         created_at=row[10], updated_at=row[11], expires_at=row[12], access_count=row[13],
         last_accessed_at=row[14], stale=bool(row[15]),
+        word_print=row[16] if len(row) > 16 else None,
     )
 
 

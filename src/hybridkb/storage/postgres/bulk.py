@@ -36,7 +36,7 @@ HNSW_MAX_DIM = 2000  # pgvector's limit for an HNSW index on `vector`
 LOCK_VECTORS = "hybridkb.vectors"
 
 _TYPES = ("text", "text", "text", "text", "text", "text", "text", "text", "text", "jsonb",
-          "float8", "float8", "float8", "int8", "float8", "bool", "text", "text")
+          "float8", "float8", "float8", "int8", "float8", "bool", "text", "text", "int8")
 _COPY_ITEMS = sql.SQL("COPY items ({}) FROM STDIN (FORMAT BINARY)").format(
     sql.SQL(", ").join(sql.Identifier(c) for c in records.WRITE_COLUMNS))
 # The full-text index of migration 001, built again after a batch as large as the store.

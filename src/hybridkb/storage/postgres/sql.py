@@ -39,21 +39,22 @@ EF_SEARCH_MAX = 1000  # pgvector's bound; an iterative scan goes on past it when
 
 _TYPES = (
     "text", "text", "text", "text", "text", "text", "text", "text", "text", "jsonb", "float8",
-    "float8", "float8", "bigint", "float8", "boolean", "text", "text",
+    "float8", "float8", "bigint", "float8", "boolean", "text", "text", "bigint",
 )
 _ITEM_COLUMNS = sql.SQL(", ").join(sql.Identifier(c) for c in records.ITEM_COLUMNS)
+_READ_COLUMNS = sql.SQL(", ").join(sql.Identifier(c) for c in records.READ_COLUMNS)
 
-SELECT_ITEMS = sql.SQL("SELECT {} FROM items WHERE id = ANY(%s)").format(_ITEM_COLUMNS)
+SELECT_ITEMS = sql.SQL("SELECT {} FROM items WHERE id = ANY(%s)").format(_READ_COLUMNS)
 SELECT_LIVE_ITEMS = sql.SQL(
     "SELECT {} FROM items WHERE id = ANY(%s) AND (expires_at IS NULL OR expires_at > %s)"
-).format(_ITEM_COLUMNS)
+).format(_READ_COLUMNS)
 SELECT_ITEMS_AFTER = sql.SQL(
-    "SELECT rowid, {} FROM items WHERE rowid > %s ORDER BY rowid LIMIT %s").format(_ITEM_COLUMNS)
+    "SELECT rowid, {} FROM items WHERE rowid > %s ORDER BY rowid LIMIT %s").format(_READ_COLUMNS)
 
 # One statement per batch: columns arrive as arrays and are unnested into rows, so the
 # statistics triggers run once per batch rather than once per item.
 _INSERT = (
-    "INSERT INTO items ({columns}, content_hash, embedded_hash) SELECT * FROM unnest({arrays}) "
+    "INSERT INTO items ({columns}, content_hash, embedded_hash, word_print) SELECT * FROM unnest({arrays}) "
     "{conflict} RETURNING rowid, id, embedded_hash"
 )
 _ARRAYS = sql.SQL(", ").join(sql.SQL("%s::{}[]").format(sql.SQL(t)) for t in _TYPES)

@@ -43,7 +43,7 @@ from .tables import marks as _marks
 __all__ = ["BUSY_TIMEOUT_S", "DEFAULT_BM25_WEIGHTS", "SQLiteBackend", "filter_sql", "open_sqlite"]
 
 BUSY_TIMEOUT_S = 30.0
-_ITEM_COLUMNS = ", ".join(records.ITEM_COLUMNS)
+_ITEM_COLUMNS = ", ".join(records.READ_COLUMNS)
 _EXPIRES_AT = records.ITEM_COLUMNS.index("expires_at")
 
 
