@@ -21,6 +21,12 @@ WORDS = ["river", "stone", "node", "js", "migration", "run", "running", "ran", "
          "data", "store", "café", "naïve", "東京都", "京都", "서울", "データベース", "x" * 40]
 
 
+@pytest.fixture(autouse=True)
+def _blocks_by_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The path is off by default (bulk.BM25_BY_CLIENT); these tests run it."""
+    monkeypatch.setattr(bulk, "BM25_BY_CLIENT", True)
+
+
 def _text(rng: random.Random, words: int) -> str:
     parts = []
     for _ in range(words):
@@ -45,7 +51,7 @@ def _random_items(seed: int, n: int) -> list[dict[str, object]]:
         if shape < 0.05:
             text = "the a of and"
         elif shape < 0.1:
-            text = " ".join(["river"] * rng.choice([9, 13, 20, 30, 40, 70, 140, 300]))
+            text = " ".join(["river"] * rng.choice([7, 8, 11, 12, 15, 16, 23, 24, 31, 32, 63, 64, 127, 128, 129, 255, 256, 300]))
         elif shape < 0.15:
             text = " ".join(f"u{j}" for j in range(rng.randrange(60, 6000)))
         else:
@@ -58,12 +64,12 @@ def _random_items(seed: int, n: int) -> list[dict[str, object]]:
 
 def _load(url: str, batches: list[list[dict[str, object]]], by_client: bool,
           monkeypatch: pytest.MonkeyPatch, part: int = bulk.COPY_PART) -> None:
-    monkeypatch.setattr(bulk, "BM25_BY_CLIENT", by_client)
-    monkeypatch.setattr(bulk, "COPY_PART", part)
-    with hybridkb.open(url, embedder=None) as kb:
-        for batch in batches:
-            kb.add_many(batch, batch_size=len(batch))
-    monkeypatch.undo()
+    with monkeypatch.context() as patch:
+        patch.setattr(bulk, "BM25_BY_CLIENT", by_client)
+        patch.setattr(bulk, "COPY_PART", part)
+        with hybridkb.open(url, embedder=None) as kb:
+            for batch in batches:
+                kb.add_many(batch, batch_size=len(batch))
 
 
 @pytest.mark.parametrize(("seed", "part"), [(1, bulk.COPY_PART), (2, 170)])

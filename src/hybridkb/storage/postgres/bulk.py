@@ -12,9 +12,9 @@ searches wait for that transaction meanwhile; smaller batches go into the live g
 The GIN index of the tsvectors follows the same rule for a COPY batch at least as large as
 the store (full-text searches wait for the transaction meanwhile).
 
-A COPY batch's BM25 blocks are built by the client (postings.py) with the insert trigger
-switched off: the batch goes in parts, and the client parses one part's tsvectors while
-the server writes the next (client and server are two processes, two cores).
+With BM25_BY_CLIENT (off by default), a COPY batch's BM25 blocks are built by the client
+(postings.py) with the insert trigger switched off: the batch goes in parts, and the
+client parses one part's tsvectors while the server writes the next.
 """
 
 from __future__ import annotations
@@ -39,7 +39,11 @@ if TYPE_CHECKING:
 COPY_MIN_BATCH = 100  # smaller batches: one INSERT ... SELECT unnest(...) is as fast
 HNSW_REBUILD_MIN = 5_000  # vectors in one batch before the index may be rebuilt for it
 GIN_REBUILD_MIN = 5_000  # new items in one COPY batch before the GIN index may be rebuilt for it
-BM25_BY_CLIENT = True  # a COPY batch's BM25 blocks are built in the client (postings.py)
+# A COPY batch's BM25 blocks built in the client (postings.py) instead of by the trigger.
+# Off: it cut the server's CPU for a 100,000-item load by 18-30% but adds 14-28 s of
+# client CPU, and two alternating runs on the shared 2-core machine measured 0.94x and
+# 1.18x the wall time (docs/postgres.md, Bulk loads, third pass).
+BM25_BY_CLIENT = False
 COPY_PART = 5_000  # rows per COPY statement of a batch; the client parses one meanwhile
 HNSW_MAX_DIM = 2000  # pgvector's limit for an HNSW index on `vector`
 LOCK_VECTORS = "hybridkb.vectors"
