@@ -11,19 +11,26 @@ vectors drops the index and builds it again at the end of the same transaction (
 searches wait for that transaction meanwhile; smaller batches go into the live graph).
 The GIN index of the tsvectors follows the same rule for a COPY batch at least as large as
 the store (full-text searches wait for the transaction meanwhile).
+
+With BM25_BY_CLIENT (off by default), a COPY batch's BM25 blocks are built by the client
+(postings.py) with the insert trigger switched off: the batch goes in parts, and the
+client parses one part's tsvectors while the server writes the next.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from psycopg import sql
+from psycopg.copy import QueuedLibpqWriter
 
 from ...model import Item
 from .. import codec, records
 from ..contract import Vector
+from . import postings
 from . import sql as q
 
 if TYPE_CHECKING:
@@ -32,6 +39,12 @@ if TYPE_CHECKING:
 COPY_MIN_BATCH = 100  # smaller batches: one INSERT ... SELECT unnest(...) is as fast
 HNSW_REBUILD_MIN = 5_000  # vectors in one batch before the index may be rebuilt for it
 GIN_REBUILD_MIN = 5_000  # new items in one COPY batch before the GIN index may be rebuilt for it
+# A COPY batch's BM25 blocks built in the client (postings.py) instead of by the trigger.
+# Off: it cut the server's CPU for a 100,000-item load by 18-30% but adds 14-28 s of
+# client CPU, and two alternating runs on the shared 2-core machine measured 0.94x and
+# 1.18x the wall time (docs/postgres.md, Bulk loads, third pass).
+BM25_BY_CLIENT = False
+COPY_PART = 5_000  # rows per COPY statement of a batch; the client parses one meanwhile
 HNSW_MAX_DIM = 2000  # pgvector's limit for an HNSW index on `vector`
 LOCK_VECTORS = "hybridkb.vectors"
 
@@ -43,19 +56,55 @@ _COPY_ITEMS = sql.SQL("COPY items ({}) FROM STDIN (FORMAT BINARY)").format(
 CREATE_GIN = "CREATE INDEX IF NOT EXISTS items_tsv ON items USING gin (tsv)"
 _COPY_VECTORS = sql.SQL("COPY item_vectors (rowid, embedding) FROM STDIN (FORMAT BINARY)")
 _WRITTEN = sql.SQL("SELECT rowid, id, embedded_hash FROM items WHERE id = ANY(%s)")
+_WRITTEN_POSTINGS = (f"SELECT rowid, id, embedded_hash, corpus, tsvectorsend(tsv), "
+                     f"{postings.LENGTH_CLASS} FROM items WHERE id = ANY(%s) ORDER BY rowid")
 _METADATA = records.WRITE_COLUMNS.index("metadata")
 
 
-def copy_items(conn: Connection[Any], columns: list[list[Any]]) -> list[tuple[int, str, str | None]]:
-    """COPY new items (values by WRITE_COLUMNS); (rowid, id, embedded_hash) of each.
-    An id that exists already fails the COPY (UniqueViolation), as INSERT does."""
-    with conn.cursor().copy(_COPY_ITEMS) as copy:
+def _copy(conn: Connection[Any], columns: list[list[Any]], meanwhile: Callable[[], None]) -> None:
+    """One COPY of rows; `meanwhile` runs once the rows are queued (a thread sends them)
+    and before the server's answer is awaited."""
+    cursor = conn.cursor()
+    with cursor.copy(_COPY_ITEMS, writer=QueuedLibpqWriter(cursor)) as copy:
         copy.set_types(list(_TYPES))
         for row in zip(*columns, strict=True):
             values = list(row)
             values[_METADATA] = json.loads(values[_METADATA])  # the jsonb dumper encodes it
             copy.write_row(values)
-    return [(int(r[0]), r[1], r[2]) for r in conn.execute(_WRITTEN, [columns[0]]).fetchall()]
+        meanwhile()
+
+
+def copy_items(conn: Connection[Any], columns: list[list[Any]]) -> list[tuple[int, str, str | None]]:
+    """COPY new items (values by WRITE_COLUMNS); (rowid, id, embedded_hash) of each.
+    An id that exists already fails the COPY (UniqueViolation), as INSERT does.
+
+    With BM25_BY_CLIENT, in COPY statements of COPY_PART rows with the BM25 trigger off:
+    each part's tsvectors are read back with its rowids and parsed while the server writes
+    the next part; the blocks of the whole batch go in at the end, one per (lexeme,
+    corpus, bucket), as the trigger writes them for one statement.
+    """
+    if not BM25_BY_CLIENT:
+        _copy(conn, columns, lambda: None)
+        return [(int(r[0]), r[1], r[2]) for r in conn.execute(_WRITTEN, [columns[0]]).fetchall()]
+    conn.execute(postings.SET_BY_CLIENT, ["on"])
+    rows: list[tuple[int, str, str | None]] = []
+    parts: list[postings.Postings] = []
+    pending: list[tuple[Any, ...]] = []
+
+    def parse_pending() -> None:
+        if pending:
+            parts.append(postings.parse([r[3] for r in pending], [r[4] for r in pending],
+                                        np.array([r[5] for r in pending], np.int64)))
+
+    for start in range(0, len(columns[0]), COPY_PART):
+        part = [column[start:start + COPY_PART] for column in columns]
+        _copy(conn, part, parse_pending)
+        pending = conn.cursor(binary=True).execute(_WRITTEN_POSTINGS, [part[0]]).fetchall()
+        rows += [(int(r[0]), r[1], r[2]) for r in pending]
+    conn.execute(postings.SET_BY_CLIENT, ["off"])
+    parse_pending()
+    postings.write_blocks(conn, [r[0] for r in rows], postings.join(parts))
+    return rows
 
 
 def copy_vectors(conn: Connection[Any], rowids: Sequence[int], vectors: Sequence[Vector]) -> None:
