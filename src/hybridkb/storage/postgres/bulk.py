@@ -61,17 +61,20 @@ _WRITTEN_POSTINGS = (f"SELECT rowid, id, embedded_hash, corpus, tsvectorsend(tsv
 _METADATA = records.WRITE_COLUMNS.index("metadata")
 
 
-def _copy(conn: Connection[Any], columns: list[list[Any]], meanwhile: Callable[[], None]) -> None:
-    """One COPY of rows; `meanwhile` runs once the rows are queued (a thread sends them)
-    and before the server's answer is awaited."""
+def _copy(conn: Connection[Any], columns: list[list[Any]],
+          meanwhile: Callable[[], None] | None = None) -> None:
+    """One COPY of rows. With `meanwhile`, a thread sends the rows, and `meanwhile` runs
+    once they are queued, before the server's answer is awaited."""
     cursor = conn.cursor()
-    with cursor.copy(_COPY_ITEMS, writer=QueuedLibpqWriter(cursor)) as copy:
+    writer = QueuedLibpqWriter(cursor) if meanwhile is not None else None
+    with cursor.copy(_COPY_ITEMS, writer=writer) as copy:
         copy.set_types(list(_TYPES))
         for row in zip(*columns, strict=True):
             values = list(row)
             values[_METADATA] = json.loads(values[_METADATA])  # the jsonb dumper encodes it
             copy.write_row(values)
-        meanwhile()
+        if meanwhile is not None:
+            meanwhile()
 
 
 def copy_items(conn: Connection[Any], columns: list[list[Any]]) -> list[tuple[int, str, str | None]]:
@@ -84,7 +87,7 @@ def copy_items(conn: Connection[Any], columns: list[list[Any]]) -> list[tuple[in
     corpus, bucket), as the trigger writes them for one statement.
     """
     if not BM25_BY_CLIENT:
-        _copy(conn, columns, lambda: None)
+        _copy(conn, columns)
         return [(int(r[0]), r[1], r[2]) for r in conn.execute(_WRITTEN, [columns[0]]).fetchall()]
     conn.execute(postings.SET_BY_CLIENT, ["on"])
     rows: list[tuple[int, str, str | None]] = []
