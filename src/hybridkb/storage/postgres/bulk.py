@@ -48,8 +48,6 @@ COPY_PART = 5_000  # rows per COPY statement of a batch; the client parses one m
 HNSW_MAX_DIM = 2000  # pgvector's limit for an HNSW index on `vector`
 LOCK_VECTORS = "hybridkb.vectors"
 
-_TYPES = ("text", "text", "text", "text", "text", "text", "text", "text", "text", "jsonb",
-          "float8", "float8", "float8", "int8", "float8", "bool", "text", "text", "int8")
 _COPY_ITEMS = sql.SQL("COPY items ({}) FROM STDIN (FORMAT BINARY)").format(
     sql.SQL(", ").join(sql.Identifier(c) for c in records.WRITE_COLUMNS))
 # The full-text index of migration 001, built again after a batch as large as the store.
@@ -68,7 +66,7 @@ def _copy(conn: Connection[Any], columns: list[list[Any]],
     cursor = conn.cursor()
     writer = QueuedLibpqWriter(cursor) if meanwhile is not None else None
     with cursor.copy(_COPY_ITEMS, writer=writer) as copy:
-        copy.set_types(list(_TYPES))
+        copy.set_types(list(q.WRITE_TYPES))
         for row in zip(*columns, strict=True):
             values = list(row)
             values[_METADATA] = json.loads(values[_METADATA])  # the jsonb dumper encodes it

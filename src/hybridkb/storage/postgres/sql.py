@@ -37,11 +37,12 @@ BM25_B = 0.75
 EF_SEARCH_MIN = 600
 EF_SEARCH_MAX = 1000  # pgvector's bound; an iterative scan goes on past it when filtering
 
-_TYPES = (
+# The SQL type of each of records.WRITE_COLUMNS (the arrays of INSERT below; bulk.py's COPY).
+WRITE_TYPES = (
     "text", "text", "text", "text", "text", "text", "text", "text", "text", "jsonb", "float8",
     "float8", "float8", "bigint", "float8", "boolean", "text", "text", "bigint",
 )
-_ITEM_COLUMNS = sql.SQL(", ").join(sql.Identifier(c) for c in records.ITEM_COLUMNS)
+_WRITE_COLUMNS = sql.SQL(", ").join(sql.Identifier(c) for c in records.WRITE_COLUMNS)
 _READ_COLUMNS = sql.SQL(", ").join(sql.Identifier(c) for c in records.READ_COLUMNS)
 
 SELECT_ITEMS = sql.SQL("SELECT {} FROM items WHERE id = ANY(%s)").format(_READ_COLUMNS)
@@ -54,12 +55,12 @@ SELECT_ITEMS_AFTER = sql.SQL(
 # One statement per batch: columns arrive as arrays and are unnested into rows, so the
 # statistics triggers run once per batch rather than once per item.
 _INSERT = (
-    "INSERT INTO items ({columns}, content_hash, embedded_hash, word_print) SELECT * FROM unnest({arrays}) "
+    "INSERT INTO items ({columns}) SELECT * FROM unnest({arrays}) "
     "{conflict} RETURNING rowid, id, embedded_hash"
 )
-_ARRAYS = sql.SQL(", ").join(sql.SQL("%s::{}[]").format(sql.SQL(t)) for t in _TYPES)
-INSERT = sql.SQL(_INSERT).format(columns=_ITEM_COLUMNS, arrays=_ARRAYS, conflict=sql.SQL(""))
-UPSERT = sql.SQL(_INSERT).format(columns=_ITEM_COLUMNS, arrays=_ARRAYS,
+_ARRAYS = sql.SQL(", ").join(sql.SQL("%s::{}[]").format(sql.SQL(t)) for t in WRITE_TYPES)
+INSERT = sql.SQL(_INSERT).format(columns=_WRITE_COLUMNS, arrays=_ARRAYS, conflict=sql.SQL(""))
+UPSERT = sql.SQL(_INSERT).format(columns=_WRITE_COLUMNS, arrays=_ARRAYS,
                                  conflict=sql.SQL(records.ON_CONFLICT_REPLACE))
 
 UPSERT_VECTORS = sql.SQL(

@@ -43,7 +43,7 @@ from .tables import marks as _marks
 __all__ = ["BUSY_TIMEOUT_S", "DEFAULT_BM25_WEIGHTS", "SQLiteBackend", "filter_sql", "open_sqlite"]
 
 BUSY_TIMEOUT_S = 30.0
-_ITEM_COLUMNS = ", ".join(records.READ_COLUMNS)
+_READ_COLUMNS = ", ".join(records.READ_COLUMNS)
 _EXPIRES_AT = records.ITEM_COLUMNS.index("expires_at")
 
 
@@ -391,13 +391,13 @@ class SQLiteBackend:
         with self._lock:  # ids a search mapped from rowids: read by rowid, each row's id checked
             known = self._id_map.rowids_of(ids)
         for chunk in _chunks(sorted(set(known.values()))):
-            for row in self._read(f"SELECT {_ITEM_COLUMNS} FROM items WHERE rowid IN ({_marks(len(chunk))})",
+            for row in self._read(f"SELECT {_READ_COLUMNS} FROM items WHERE rowid IN ({_marks(len(chunk))})",
                                   chunk):
                 expires = row[_EXPIRES_AT]
                 if row[0] in known and (include_expired or expires is None or expires > now):
                     found[row[0]] = records.row_to_item(row)
         for chunk in _chunks([i for i in ids if i not in found]):
-            sql = f"SELECT {_ITEM_COLUMNS} FROM items WHERE id IN ({_marks(len(chunk))})"
+            sql = f"SELECT {_READ_COLUMNS} FROM items WHERE id IN ({_marks(len(chunk))})"
             params: list[Any] = list(chunk)
             if not include_expired:
                 sql += " AND (expires_at IS NULL OR expires_at > ?)"
@@ -429,7 +429,7 @@ class SQLiteBackend:
         last = 0
         while True:
             rows = self._read(
-                f"SELECT rowid, {_ITEM_COLUMNS} FROM items WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                f"SELECT rowid, {_READ_COLUMNS} FROM items WHERE rowid > ? ORDER BY rowid LIMIT ?",
                 (last, batch_size))
             if not rows:
                 return
