@@ -3,11 +3,11 @@
 python -m benchmarks.postgres_speed [--sizes 100000] [--large] [--queries 200] [--warmup 20]
 
 Starts a throwaway PostgreSQL + pgvector server (tests/pgserver.py; shared_buffers 1 GB,
-maintenance_work_mem 4 GB: a 1M-vector HNSW graph fits), and per size:
+maintenance_work_mem 4 GB for the index builds), and per size:
 - ingests the items of benchmarks.data with their cached vectors (add_many, batches of
   50,000 by default (`--batch`), so COPY, the first two rebuilding the GIN index;
-  hnsw_min_rows set to the store size, so the last batch builds the HNSW
-  index once), then merges the BM25 index's blocks (`optimize()`, timed apart);
+  vector_index_min_rows set to the store size, so the last batch builds the IVFFlat
+  index once and measures its probes), then merges the BM25 index's blocks (`optimize()`, timed apart);
 - builds the same store in SQLite (a temporary file) for its figures;
 - times, interleaved query by query after a warm-up, `kb.search(q, limit=10)` in fts,
   vector and hybrid mode (query vectors looked up: embedding excluded) on PostgreSQL
@@ -40,6 +40,7 @@ from hybridkb.embedding import Embedder, get_embedder
 from hybridkb.evaluation.cache import EmbeddingCache
 from hybridkb.model import Filters
 from hybridkb.storage.contract import SearchArea
+from hybridkb.storage.postgres import ann
 
 from .data import CORPUS, DEFAULT_DATASETS, BenchData, item_vectors, load_data, make_items
 from .measure import BenchEmbedder, clock, stats
@@ -83,13 +84,15 @@ def measure(dsn: str, n: int, data: BenchData, model: Embedder, queries: int,
     vectors = item_vectors(data, n)
     items = make_items(data, n, vectors)
     embedder = BenchEmbedder(model, dict(zip(data.queries, data.query_vectors, strict=True)))
-    pg = hybridkb.open(dsn, embedder=embedder, hnsw_min_rows=n)
+    pg = hybridkb.open(dsn, embedder=embedder, vector_index_min_rows=n)
     exact = hybridkb.open(dsn, embedder=embedder, bm25_search="exact")
     folder = tempfile.mkdtemp(prefix="hkb-bench-")
     lite = hybridkb.open(str(Path(folder) / "kb.db"), embedder=embedder)
     try:
         out["pg_ingest_s"] = _ingest(pg, items, batch)
         out["pg_merge_s"] = clock(pg.backend.optimize)[1]  # type: ignore[attr-defined]
+        out["vector_index"] = {key: pg.backend.get_meta(key) for key in (  # type: ignore[attr-defined]
+            ann.META_LISTS, ann.META_PROBES, ann.META_RECALL, ann.META_ROWS)}
         out["sqlite_ingest_s"] = _ingest(lite, items, batch)
         print(f"   ingest: PostgreSQL {n / out['pg_ingest_s']:,.0f} items/s, SQLite "
               f"{n / out['sqlite_ingest_s']:,.0f} items/s", file=sys.stderr, flush=True)
@@ -139,9 +142,13 @@ def table(results: list[dict[str, Any]]) -> str:
     for r in results:
         n = r["items"]
         pg_rate, lite_rate = n / r["pg_ingest_s"], n / r["sqlite_ingest_s"]
-        rows.append(f"| {n:,} | ingest, vectors given (items/s, incl. HNSW build) | {pg_rate:,.0f} "
+        rows.append(f"| {n:,} | ingest, vectors given (items/s, incl. the vector index) | {pg_rate:,.0f} "
                     f"| {lite_rate:,.0f} | {pg_rate / lite_rate:.2f}x |")
         rows.append(f"| {n:,} | BM25 index merge after the load (s) | {r['pg_merge_s']:.1f} | - | - |")
+        ivf = r.get("vector_index") or {}
+        if ivf.get(ann.META_PROBES):
+            rows.append(f"| {n:,} | IVFFlat lists / probes (pseudo-query recall@10 at the build) | "
+                        f"{ivf[ann.META_LISTS]} / {ivf[ann.META_PROBES]} ({ivf[ann.META_RECALL]}) | - | - |")
         for name, value in r["recall_at_10"].items():
             rows.append(f"| {n:,} | vector recall@10 vs exact, filter {name} | {value:.3f} | 1.000 | - |")
         rows.append(f"| {n:,} | FTS top 10 identical to the exact reference | "

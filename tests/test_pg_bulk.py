@@ -1,4 +1,4 @@
-"""PostgreSQL bulk writes: COPY (binary) for new items and vectors, HNSW rebuilt for big batches."""
+"""PostgreSQL bulk writes: COPY (binary) for new items and vectors, the vector index rebuilt for big batches."""
 
 from __future__ import annotations
 
@@ -51,15 +51,15 @@ def test_copy_writes_what_insert_writes(pg_url: str, monkeypatch: pytest.MonkeyP
         assert kb.count() == 253
 
 
-def test_a_batch_as_large_as_the_store_rebuilds_the_hnsw_index(
+def test_a_batch_as_large_as_the_store_rebuilds_the_vector_index(
         pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bulk, "HNSW_REBUILD_MIN", 100)
-    index_oid = "SELECT 'item_vectors_hnsw'::regclass::oid"
-    with hybridkb.open(pg_url, embedder=None, hnsw_min_rows=50) as kb, \
+    monkeypatch.setattr(bulk, "INDEX_REBUILD_MIN", 100)
+    index_oid = "SELECT 'item_vectors_ivf'::regclass::oid"
+    with hybridkb.open(pg_url, embedder=None, vector_index_min_rows=50) as kb, \
             psycopg.connect(pg_url, autocommit=True) as conn:
-        kb.add_many(_items(0, 120))  # crosses hnsw_min_rows: the index is built
+        kb.add_many(_items(0, 120))  # crosses vector_index_min_rows: the index is built
         first = conn.execute(index_oid).fetchone()
-        kb.add_many(_items(200, 60))  # fewer than stored: into the live graph
+        kb.add_many(_items(200, 60))  # fewer than stored: into the live index
         assert conn.execute(index_oid).fetchone() == first
         kb.add_many(_items(400, 300))  # more than stored: dropped and built again
         second = conn.execute(index_oid).fetchone()

@@ -1,7 +1,7 @@
 """PostgreSQL-specific behaviour, on the session's real server (conftest.pg_server).
 
-Congruence with SQLite (the same items and queries on both), BM25's ingredients, the HNSW
-index and filtered KNN, migrations, concurrent opens and writers, and the errors a user
+Congruence with SQLite (the same items and queries on both), BM25's ingredients, the
+vector index and filtered KNN, migrations, concurrent opens and writers, and the errors a user
 sees when the driver or the server is missing.
 """
 
@@ -222,30 +222,28 @@ def test_other_rankings_and_title_weights_are_options(pg_url: str) -> None:
         hybridkb.open(pg_url, embedder=None, ranking="tfidf")
 
 
-# -- vectors: HNSW, iterative scans, filters inside the query ----------------------------------
+# -- vectors: IVFFlat, iterative scans, filters inside the query -------------------------------
 
 
-def test_filtered_knn_fills_limit_through_the_hnsw_index(
+def test_filtered_knn_fills_limit_through_the_vector_index(
         pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     n = 2000
     rng = np.random.default_rng(5)
     vectors = rng.standard_normal((n, 64)).astype(np.float32)
-    # filtered_exact_rows=0: even a filter keeping 1% walks the graph (by default, a filter
-    # the planner expects to keep under 20,000 rows is answered by an exact scan). With the
-    # default ef_search floor (200) the planner prefers a scan of a table this small.
-    monkeypatch.setattr(pg.q, "EF_SEARCH_MIN", 40)
-    with hybridkb.open(pg_url, embedder=HashingEmbedder(64), hnsw_min_rows=1000,
+    # filtered_exact_rows=0: even a filter keeping 1% probes the index (by default, a filter
+    # the planner expects to keep under 20,000 rows is answered by an exact scan).
+    with hybridkb.open(pg_url, embedder=HashingEmbedder(64), vector_index_min_rows=1000,
                        filtered_exact_rows=0) as kb:
         kb.add_many(({"id": f"v{k}", "text": f"item {k}", "vector": vectors[k],
                       "metadata": {"bucket": k % 100}} for k in range(n)), batch_size=500)
         backend = kb.backend
         assert isinstance(backend, pg.PostgresBackend)
-        assert sql(pg_url, "SELECT to_regclass('item_vectors_hnsw') IS NOT NULL") == [(True,)]
+        assert sql(pg_url, "SELECT to_regclass('item_vectors_ivf') IS NOT NULL") == [(True,)]
         query = rng.standard_normal(64).astype(np.float32)
         query /= np.linalg.norm(query)
 
         plan = backend.explain_vector_search(query, scope(), 10)
-        assert "item_vectors_hnsw" in plan, plan
+        assert "item_vectors_ivf" in plan, plan
 
         calls: list[bool] = []
         real = pg.q.vector_search
@@ -275,9 +273,10 @@ def test_filtered_knn_fills_limit_through_the_hnsw_index(
         assert backend.integrity_problems() == []
 
 
-def test_hnsw_index_is_built_once_the_store_grows(pg_url: str) -> None:
-    with hybridkb.open(pg_url, embedder=HashingEmbedder(64), hnsw_min_rows=100) as kb:
-        exists = "SELECT to_regclass('item_vectors_hnsw') IS NOT NULL"
+@pytest.mark.parametrize("option", ["vector_index_min_rows", "hnsw_min_rows"])  # and its old name
+def test_vector_index_is_built_once_the_store_grows(pg_url: str, option: str) -> None:
+    with hybridkb.open(pg_url, embedder=HashingEmbedder(64), **{option: 100}) as kb:
+        exists = "SELECT to_regclass('item_vectors_ivf') IS NOT NULL"
         kb.add_many(random_items(60))
         assert sql(pg_url, exists) == [(False,)]
         assert len(kb.search("alpha river", mode="vector", limit=5)) == 5
@@ -287,8 +286,8 @@ def test_hnsw_index_is_built_once_the_store_grows(pg_url: str) -> None:
         assert kb.backend.integrity_problems() == []
 
 
-def test_vectors_too_wide_for_hnsw_are_searched_exactly(pg_url: str) -> None:
-    with hybridkb.open(pg_url, embedder=HashingEmbedder(2048), hnsw_min_rows=0) as kb:
+def test_vectors_too_wide_for_the_index_are_searched_exactly(pg_url: str) -> None:
+    with hybridkb.open(pg_url, embedder=HashingEmbedder(2048), vector_index_min_rows=0) as kb:
         kb.add_many(random_items(20))
         assert kb.search("alpha", mode="vector").ids
         assert kb.backend.integrity_problems() == []

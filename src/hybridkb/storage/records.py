@@ -270,7 +270,7 @@ _ADVICE: tuple[tuple[str, str], ...] = (
      _REPAIR + ": those items are embedded again (or `hybridkb reembed`)"),
     ("vectors of items not marked embedded",
      _REPAIR + ": the stale vectors are dropped and the items embedded again"),
-    ("HNSW", _REPAIR + ": the HNSW index is rebuilt"),
+    ("vector index", _REPAIR + ": the vector index is rebuilt"),
 )
 
 

@@ -57,11 +57,11 @@ def probe(matrix: Any, n: int) -> Probe:
     return Probe(queries, kth_scores(matrix, queries))
 
 
-def pseudo_queries(matrix: Any, n: int, seed: int = 15) -> npt.NDArray[np.float32]:
+def pseudo_queries(matrix: Any, n: int, seed: int = 15, sample: int = SAMPLE) -> npt.NDArray[np.float32]:
     rng = np.random.default_rng(seed)
-    picks = np.sort(rng.choice(n, SAMPLE * PARTS, replace=n < SAMPLE * PARTS))
-    rows = np.asarray(matrix[picks], dtype=np.float32)[rng.permutation(SAMPLE * PARTS)]
-    summed = rows.reshape(SAMPLE, PARTS, -1).sum(axis=1)
+    picks = np.sort(rng.choice(n, sample * PARTS, replace=n < sample * PARTS))
+    rows = np.asarray(matrix[picks], dtype=np.float32)[rng.permutation(sample * PARTS)]
+    summed = rows.reshape(sample, PARTS, -1).sum(axis=1)
     norms = np.linalg.norm(summed, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     out: npt.NDArray[np.float32] = (summed / norms).astype(np.float32)

@@ -1,1 +1,1 @@
-"""The server dialect: PostgreSQL, tsvector BM25 in SQL, pgvector HNSW."""
+"""The server dialect: PostgreSQL, tsvector BM25 in SQL, pgvector IVFFlat."""

@@ -1,10 +1,11 @@
-"""The server backend: PostgreSQL, tsvector/GIN for BM25 and pgvector/HNSW for vectors.
+"""The server backend: PostgreSQL, tsvector/GIN for BM25 and pgvector/IVFFlat for vectors.
 
 One store per database. Items carry a generated, weighted `tsvector` (title 'A', text 'B');
 their vectors live in `item_vectors` (created when the embedding dimension is first known),
 joined by rowid and deleted with the item (ON DELETE CASCADE). Every write is one
 transaction. Full-text ranking is BM25 computed in SQL (see sql.py); vector search
-is cosine KNN through an HNSW index with pgvector's iterative scan, filters inside the query.
+is cosine KNN through an IVFFlat index whose probes each build measures (ann.py), with
+pgvector's iterative scan, filters inside the query.
 What both dialects do alike (columns, conflict rule, filters, re-embed steps) is in records.py.
 """
 
@@ -28,7 +29,8 @@ from ..records import DEFAULT_BM25_WEIGHTS, META_PENDING_VECTOR_DIM, META_VECTOR
 from . import driver
 from .driver import redact
 
-__all__ = ["CONNECT_TIMEOUT_S", "HNSW_MIN_ROWS", "PostgresBackend", "open_postgres", "redact"]
+__all__ = ["CONNECT_TIMEOUT_S", "HNSW_MIN_ROWS", "VECTOR_INDEX_MIN_ROWS", "PostgresBackend",
+           "open_postgres", "redact"]
 
 try:
     import psycopg
@@ -37,7 +39,7 @@ try:
     from psycopg.conninfo import conninfo_to_dict
     from psycopg_pool import ConnectionPool, PoolTimeout
 
-    from . import bulk, fulltext, maintenance
+    from . import ann, bulk, fulltext, maintenance
     from . import sql as q
     from .replicas import Replicas, wal_position
     from .tables import VectorTables
@@ -54,10 +56,11 @@ T = TypeVar("T")
 INSTALL_HINT = "pip install 'hybridkb[postgres]'"
 CONNECT_TIMEOUT_S = 10
 # Below this many vectors a KNN query is an exact scan (about 15 ms for 10,000 384-d vectors,
-# and exact: the SQLite backend's answers); the write that crosses it builds the HNSW index
-# in one go, which is several times cheaper than inserting each of those rows into a live
-# graph (measured: 4 ms a row for 384-d vectors). 0 builds the index with the table.
-HNSW_MIN_ROWS = 10_000
+# and exact: the SQLite backend's answers); the write that crosses it builds the IVFFlat
+# index over them all (ann.py: its lists are chosen from the rows it is built over).
+# 0 builds the index with the table.
+VECTOR_INDEX_MIN_ROWS = 10_000
+HNSW_MIN_ROWS = VECTOR_INDEX_MIN_ROWS  # its name before the index was IVFFlat (issue #16)
 _RETRIES = 3  # a write that loses a deadlock or serialization race is run again
 # A phrase of stopwords only becomes an empty tsquery, with a NOTICE per query.
 _QUIET = "SET client_min_messages = warning"
@@ -91,7 +94,8 @@ class PostgresBackend:
 
     def __init__(
         self, url: str, *, bm25_weights: tuple[float, float] = DEFAULT_BM25_WEIGHTS,
-        ranking: str = "bm25", ts_normalization: int = 0, hnsw_min_rows: int = HNSW_MIN_ROWS,
+        ranking: str = "bm25", ts_normalization: int = 0,
+        vector_index_min_rows: int = VECTOR_INDEX_MIN_ROWS, hnsw_min_rows: int | None = None,
         bm25_search: str = "topk", filtered_exact_rows: int = FILTERED_EXACT_ROWS,
         bm25_exact_top: int | None = BM25_EXACT_TOP, bm25_tail: str = "bounds",
         replicas: Sequence[str] = (), read_your_writes: bool = False,
@@ -120,7 +124,8 @@ class PostgresBackend:
         self.bm25_exact_top, self.bm25_tail = bm25_exact_top, bm25_tail
         self.filtered_exact_rows = int(filtered_exact_rows)
         self.ts_normalization = int(ts_normalization)
-        self.hnsw_min_rows = int(hnsw_min_rows)
+        # `hnsw_min_rows`: the option's name while the index was HNSW, still accepted.
+        self.index_min_rows = int(vector_index_min_rows if hnsw_min_rows is None else hnsw_min_rows)
         self._ids = fulltext.IdCache()  # item ids of rowids, across full-text searches
         try:
             in_url = conninfo_to_dict(url)
@@ -281,8 +286,8 @@ class PostgresBackend:
 
         def work(conn: Connection[Any]) -> None:
             bulk.lock(conn, bulk.LOCK_VECTORS)  # two stores opening at once create it once
-            if records.ensure_vector_table(VectorTables(conn), dim) and self.hnsw_min_rows <= 0:
-                bulk.build_hnsw(conn, dim)
+            if records.ensure_vector_table(VectorTables(conn), dim) and self.index_min_rows <= 0:
+                bulk.build_index(conn, dim)
 
         self._write(work)
         self._known_dim = None
@@ -316,12 +321,12 @@ class PostgresBackend:
         self._write(work)
 
     def finish_reembed(self, model_id: str, dim: int) -> int:
-        """The HNSW index is built once over the swapped-in vectors."""
+        """The vector index is built once over the swapped-in vectors."""
         def work(conn: Connection[Any]) -> int:
             bulk.lock(conn, bulk.LOCK_VECTORS)
             moved = records.finish_reembed(VectorTables(conn), model_id, dim)
-            if moved >= self.hnsw_min_rows:
-                bulk.build_hnsw(conn, dim)
+            if moved >= self.index_min_rows:
+                bulk.build_index(conn, dim)
             return moved
 
         moved = self._write(work)
@@ -345,13 +350,36 @@ class PostgresBackend:
         if not items:
             return
         batch = bulk.Batch(items, vectors, content_hashes, replace=replace)
-        self._write(lambda conn: batch.write(conn, self.hnsw_min_rows))
+        self._write(lambda conn: batch.write(conn, self.index_min_rows))
         if len(items) >= COMPACT_MIN_BATCH:
             self._write(fulltext.maybe_compact)
+            self._write(self._rebuild_grown_index)
+
+    def _rebuild_grown_index(self, conn: Connection[Any]) -> None:
+        """Build the vector index again once the store holds ann.GROWTH times the vectors
+        it was built over (its lists were chosen for fewer rows)."""
+        dim, probes = bulk.vector_state(conn)
+        if dim is not None and probes is not None and ann.grown(conn):
+            bulk.lock(conn, bulk.LOCK_VECTORS)
+            bulk.build_index(conn, dim)
 
     def optimize(self) -> None:
-        """Merge the BM25 index's blocks now (after a bulk load, for the fastest queries)."""
+        """Merge the BM25 index's blocks now, and build the vector index if it is missing or
+        was built over fewer rows (after a bulk load, for the fastest queries)."""
         self._write(lambda conn: fulltext.compact(conn))
+
+        def index(conn: Connection[Any]) -> None:
+            dim, probes = bulk.vector_state(conn)
+            if dim is None:
+                return
+            row = conn.execute("SELECT count(*), (SELECT value::bigint FROM meta WHERE key = %s) "
+                               "FROM item_vectors", [ann.META_ROWS]).fetchone()
+            rows, built = (int(row[0]), row[1]) if row else (0, None)
+            if rows >= max(self.index_min_rows, 1) and (probes is None or built != rows):
+                bulk.lock(conn, bulk.LOCK_VECTORS)
+                bulk.build_index(conn, dim)
+
+        self._write(index)
 
     def bulk_writes(self) -> AbstractContextManager[None]:
         """Nothing to do around many batches: each batch keeps the BM25 index current in its
@@ -371,13 +399,13 @@ class PostgresBackend:
         by_id = dict(zip(ids, vectors, strict=True))
 
         def work(conn: Connection[Any]) -> int:
-            dim, indexed = bulk.vector_state(conn)
+            dim, probes = bulk.vector_state(conn)
             codec.check_dims(by_id.items(), dim)
             assert dim is not None
-            build = bulk.prepare_vector_write(conn, dim, indexed, True)
+            build = bulk.prepare_vector_write(conn, dim, probes is not None, True)
             rows = conn.execute(q.MARK_EMBEDDED, [list(ids), list(content_hashes)]).fetchall()
             bulk.put_vectors(conn, [r[0] for r in rows], [by_id[r[1]] for r in rows], dim,
-                             build, self.hnsw_min_rows)
+                             build, self.index_min_rows)
             return len(rows)
 
         return self._write(work)
@@ -490,7 +518,7 @@ class PostgresBackend:
         if limit <= 0:
             return []
         def work(conn: Connection[Any]) -> list[Any]:
-            dim, indexed = bulk.vector_state(conn)
+            dim, probes = bulk.vector_state(conn)
             if dim is None:
                 return []
             query = codec.query(vector, dim)
@@ -498,14 +526,14 @@ class PostgresBackend:
                 return []
             selective = area.filters.needs_row_filter and not fulltext.keeps_many(
                 conn, area, self.filtered_exact_rows)
-            if not indexed or selective:
+            if probes is None or selective:
                 # A small store, or a filter that keeps few rows: the exact scan is the fast
                 # plan (and exact; ties fall as SQLite's).
                 statement, params = q.vector_search(query, area, limit, exact=True)
                 return conn.execute(statement, params).fetchall()
-            rows = self._knn(conn, query, area, limit)
+            rows = self._knn(conn, query, area, limit, probes)
             if len(rows) < limit:
-                # The graph walk stopped early (hnsw.max_scan_tuples) on a selective filter:
+                # The lists probed held fewer rows that pass the filter than asked for:
                 # answer exactly instead, so `limit` rows come back whenever they exist.
                 statement, params = q.vector_search(query, area, limit, exact=True)
                 rows = conn.execute(statement, params).fetchall()
@@ -514,42 +542,44 @@ class PostgresBackend:
         return [(r[0], float(r[1])) for r in self._search(work)]
 
     @staticmethod
-    def _knn(conn: Connection[Any], query: Vector, area: SearchArea, limit: int,
+    def _knn(conn: Connection[Any], query: Vector, area: SearchArea, limit: int, probes: int,
              explain: bool = False) -> list[Any]:
-        """The HNSW query, with its settings, in one round trip (a pipeline)."""
+        """The IVFFlat query, with its settings, in one round trip (a pipeline)."""
         statement, params = q.vector_search(query, area, limit, exact=False)
         with conn.pipeline():
-            conn.execute(q.KNN_SETTINGS, [str(q.ef_search(limit))])
+            conn.execute(q.KNN_SETTINGS, [str(probes)])
             cursor = conn.execute(q.explain(statement) if explain else statement, params)
         return cursor.fetchall()
 
     def explain_vector_search(self, vector: Vector, area: SearchArea, limit: int) -> str:
-        """EXPLAIN of the approximate KNN query (to check that the HNSW index is used)."""
+        """EXPLAIN of the approximate KNN query (to check that the vector index is used)."""
         query = codec.as_array(vector)
-        rows = self._run(lambda conn: self._knn(conn, query, area, limit, explain=True),
+        rows = self._run(lambda conn: self._knn(conn, query, area, limit,
+                                                bulk.vector_state(conn)[1] or 1, explain=True),
                          write=False)
         return "\n".join(r[0] for r in rows)
 
     # -- maintenance ----------------------------------------------------------------------------
 
     def integrity_problems(self) -> list[str]:
-        """Empty when sound: statistics, items and vectors agree; the HNSW index is usable.
+        """Empty when sound: statistics, items and vectors agree; the vector index is usable.
 
         (Items and their tsvectors cannot disagree: the tsvector is a generated column.)
         """
         return self._run(self._integrity_problems, write=False)
 
     def _integrity_problems(self, conn: Connection[Any]) -> list[str]:
-        dim, indexed = bulk.vector_state(conn)
-        return maintenance.integrity_problems(conn, dim, indexed, hnsw_max_dim=bulk.HNSW_MAX_DIM,
-                                              hnsw_min_rows=self.hnsw_min_rows)
+        dim, probes = bulk.vector_state(conn)
+        return maintenance.integrity_problems(conn, dim, probes is not None,
+                                              index_max_dim=ann.MAX_DIM,
+                                              index_min_rows=self.index_min_rows)
 
     def repair(self) -> list[str]:
         def work(conn: Connection[Any]) -> list[str]:
             bulk.lock(conn, bulk.LOCK_VECTORS)
             dim, _ = bulk.vector_state(conn)
             return maintenance.repair(conn, dim, self._integrity_problems(conn),
-                                      lambda: bulk.build_hnsw(conn, dim or 0))
+                                      lambda: bulk.build_index(conn, dim or 0))
 
         return self._write(work)
 

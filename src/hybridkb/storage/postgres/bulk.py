@@ -1,14 +1,13 @@
 """Writing items and vectors on PostgreSQL: one batch per transaction; COPY (binary) for new
-items and their vectors, and an HNSW index rebuilt once instead of fed one row at a time
-when a batch is as large as the store.
+items and their vectors, and the vector index (ann.py) built again once instead of fed one
+row at a time when a batch is as large as the store.
 
 COPY skips the SQL layer's per-row work (parsing the array parameters, one executor tuple
 per unnested row); the item rows still go through the same triggers (statistics, BM25
-index) and indexes as an INSERT, in the caller's transaction. Inserting a vector into a
-live HNSW graph costs milliseconds (a graph search per row); building the index over all
-rows at once is several times cheaper per row, so a batch that at least doubles the
-vectors drops the index and builds it again at the end of the same transaction (vector
-searches wait for that transaction meanwhile; smaller batches go into the live graph).
+index) and indexes as an INSERT, in the caller's transaction. A batch that at least
+doubles the vectors drops the vector index and builds it again at the end of the same
+transaction, so that its lists are chosen over all the rows (vector searches wait for
+that transaction meanwhile; smaller batches join the nearest lists of the live index).
 The GIN index of the tsvectors follows the same rule for a COPY batch at least as large as
 the store (full-text searches wait for the transaction meanwhile).
 
@@ -30,14 +29,14 @@ from psycopg.copy import QueuedLibpqWriter
 from ...model import Item
 from .. import codec, records
 from ..contract import Vector
-from . import postings
+from . import ann, postings
 from . import sql as q
 
 if TYPE_CHECKING:
     from psycopg import Connection
 
 COPY_MIN_BATCH = 100  # smaller batches: one INSERT ... SELECT unnest(...) is as fast
-HNSW_REBUILD_MIN = 5_000  # vectors in one batch before the index may be rebuilt for it
+INDEX_REBUILD_MIN = 5_000  # vectors in one batch before the index may be rebuilt for it
 GIN_REBUILD_MIN = 5_000  # new items in one COPY batch before the GIN index may be rebuilt for it
 # A COPY batch's BM25 blocks built in the client (postings.py) instead of by the trigger.
 # Off: it cut the server's CPU for a 100,000-item load by 18-30% but adds 14-28 s of
@@ -45,7 +44,6 @@ GIN_REBUILD_MIN = 5_000  # new items in one COPY batch before the GIN index may 
 # 1.18x the wall time (docs/postgres.md, Bulk loads, third pass).
 BM25_BY_CLIENT = False
 COPY_PART = 5_000  # rows per COPY statement of a batch; the client parses one meanwhile
-HNSW_MAX_DIM = 2000  # pgvector's limit for an HNSW index on `vector`
 LOCK_VECTORS = "hybridkb.vectors"
 
 _COPY_ITEMS = sql.SQL("COPY items ({}) FROM STDIN (FORMAT BINARY)").format(
@@ -116,10 +114,10 @@ def copy_vectors(conn: Connection[Any], rowids: Sequence[int], vectors: Sequence
             copy.write_row((rowid, vec))
 
 
-def rebuild_hnsw_for(conn: Connection[Any], batch: int) -> bool:
-    """Whether a batch of `batch` vectors should drop the HNSW index (to build it again
-    once written): at least HNSW_REBUILD_MIN of them, and at least as many as are stored."""
-    if batch < HNSW_REBUILD_MIN:
+def rebuild_index_for(conn: Connection[Any], batch: int) -> bool:
+    """Whether a batch of `batch` vectors should drop the vector index (to build it again
+    once written): at least INDEX_REBUILD_MIN of them, and at least as many as are stored."""
+    if batch < INDEX_REBUILD_MIN:
         return False
     row = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'item_vectors'::regclass").fetchone()
     stored = float(row[0]) if row else 0.0
@@ -145,24 +143,20 @@ def lock(conn: Connection[Any], name: str) -> None:
     conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [name])
 
 
-def build_hnsw(conn: Connection[Any], dim: int) -> None:
-    if dim <= HNSW_MAX_DIM:
-        conn.execute(q.CREATE_HNSW)
-        # Fresh statistics, or the planner, still counting a handful of rows after a bulk
-        # load, prefers a scan and sort over the index it was just given.
-        conn.execute("ANALYZE items")
-        conn.execute("ANALYZE item_vectors")
+def build_index(conn: Connection[Any], dim: int) -> None:
+    ann.build(conn, dim)
 
 
-def vector_state(conn: Connection[Any]) -> tuple[int | None, bool]:
-    """The vector dimension (None: no vectors yet) and whether the HNSW index exists."""
+def vector_state(conn: Connection[Any]) -> tuple[int | None, int | None]:
+    """The vector dimension (None: no vectors yet) and the probes KNN queries use (None:
+    no vector index)."""
     row = conn.execute(q.VECTOR_STATE).fetchone()
-    return (int(row[0]) if row and row[0] else None), bool(row and row[1])
+    return (int(row[0]) if row and row[0] else None), (int(row[1]) if row and row[1] else None)
 
 
 def prepare_vector_write(conn: Connection[Any], dim: int | None, indexed: bool,
                          any_vectors: bool) -> bool:
-    """Whether this write may have to build the HNSW index; if so, take the lock first.
+    """Whether this write may have to build the vector index; if so, take the lock first.
 
     Until the index exists, writers of vectors take turns (an advisory lock, taken
     before any row is written so that no two of them wait on each other's rows).
@@ -174,17 +168,17 @@ def prepare_vector_write(conn: Connection[Any], dim: int | None, indexed: bool,
 
 
 def put_vectors(conn: Connection[Any], rowids: Sequence[int], vectors: Sequence[Vector],
-                dim: int, build: bool, hnsw_min_rows: int, *, fresh: bool = False) -> None:
-    """Write vectors (`fresh`: of new rows, by COPY); build the HNSW index if `build`
-    and the store has reached hnsw_min_rows vectors."""
+                dim: int, build: bool, index_min_rows: int, *, fresh: bool = False) -> None:
+    """Write vectors (`fresh`: of new rows, by COPY); build the vector index if `build`
+    and the store has reached index_min_rows vectors."""
     if rowids and fresh:
         copy_vectors(conn, rowids, codec.to_pg(vectors))
     elif rowids:
         conn.execute(q.UPSERT_VECTORS, [list(rowids), codec.to_pg(vectors)])
     if build:
         n = conn.execute("SELECT count(*) FROM item_vectors").fetchone()
-        if n is not None and n[0] >= hnsw_min_rows:
-            build_hnsw(conn, dim)
+        if n is not None and n[0] >= index_min_rows:
+            build_index(conn, dim)
 
 
 class Batch:
@@ -201,9 +195,10 @@ class Batch:
         self.with_vectors = [(item, vec) for item, vec in zip(items, vectors, strict=True)
                              if vec is not None]
 
-    def write(self, conn: Connection[Any], hnsw_min_rows: int) -> None:
+    def write(self, conn: Connection[Any], index_min_rows: int) -> None:
         items, vectors = self.items, self.vectors
-        dim, indexed = vector_state(conn)
+        dim, probes = vector_state(conn)
+        indexed = probes is not None
         codec.check_dims(((item.id, vec) for item, vec in self.with_vectors), dim)
         build = prepare_vector_write(conn, dim, indexed, bool(self.with_vectors))
         fresh = not self.replace and len(items) >= COPY_MIN_BATCH
@@ -222,9 +217,9 @@ class Batch:
                    for rowid, kept in (written[item.id],) if vec is None and kept is None]
         if dropped:
             conn.execute("DELETE FROM item_vectors WHERE rowid = ANY(%s)", [dropped])
-        if indexed and rebuild_hnsw_for(conn, len(self.with_vectors)):
+        if indexed and rebuild_index_for(conn, len(self.with_vectors)):
             lock(conn, LOCK_VECTORS)
-            conn.execute("DROP INDEX IF EXISTS item_vectors_hnsw")
+            conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(ann.INDEX)))
             build = True
         put_vectors(conn, [written[item.id][0] for item, _ in self.with_vectors],
-                    [vec for _, vec in self.with_vectors], dim, build, hnsw_min_rows, fresh=fresh)
+                    [vec for _, vec in self.with_vectors], dim, build, index_min_rows, fresh=fresh)

@@ -2,8 +2,8 @@
 
 Items and their tsvectors cannot disagree (a generated column); what can is the per-corpus
 BM25 statistics and the impact-ordered BM25 index (migration 003) kept by triggers, the
-vectors' `embedded_hash` bookkeeping and the HNSW
-index. `repair` rebuilds those from the items inside the caller's write transaction.
+vectors' `embedded_hash` bookkeeping and the vector
+index (IVFFlat, ann.py). `repair` rebuilds those from the items inside the caller's write transaction.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from . import ann
 from . import sql as q
 
 if TYPE_CHECKING:
@@ -19,9 +20,9 @@ if TYPE_CHECKING:
 VectorState = Callable[["Connection[Any]"], tuple[int | None, bool]]
 
 
-def integrity_problems(conn: Connection[Any], dim: int | None, indexed: bool, *, hnsw_max_dim: int,
-                       hnsw_min_rows: int) -> list[str]:
-    """Empty when sound: statistics, items and vectors agree; the HNSW index is usable."""
+def integrity_problems(conn: Connection[Any], dim: int | None, indexed: bool, *, index_max_dim: int,
+                       index_min_rows: int) -> list[str]:
+    """Empty when sound: statistics, items and vectors agree; the vector index is usable."""
     problems = [
         f"corpus {corpus!r}: {n} items of total length {length}, but its statistics say "
         f"{n_stats} and {length_stats}"
@@ -37,18 +38,18 @@ def integrity_problems(conn: Connection[Any], dim: int | None, indexed: bool, *,
         row = conn.execute(check).fetchone()
         if row is not None and row[0]:
             problems.append(f"{row[0]} {label}")
-    index = conn.execute(q.HNSW_VALID).fetchone()
+    index = conn.execute(q.VECTOR_INDEX_VALID).fetchone()
     if index is not None and not index[0]:
-        problems.append("the HNSW index is invalid (REINDEX INDEX item_vectors_hnsw)")
-    if not indexed and dim <= hnsw_max_dim and hnsw_min_rows > 0:
+        problems.append(f"the vector index is invalid (REINDEX INDEX {ann.INDEX})")
+    if not indexed and dim <= index_max_dim and index_min_rows > 0:
         row = conn.execute("SELECT count(*) FROM item_vectors").fetchone()
-        if row is not None and row[0] > hnsw_min_rows:
-            problems.append(f"{row[0]} vectors but no HNSW index")
+        if row is not None and row[0] > index_min_rows:
+            problems.append(f"{row[0]} vectors but no vector index")
     return problems
 
 
 def repair(conn: Connection[Any], dim: int | None, problems: Sequence[str],
-           build_hnsw: Callable[[], None]) -> list[str]:
+           build_index: Callable[[], None]) -> list[str]:
     """Rebuild what `problems` found wrong from the items; returns what was done."""
     done: list[str] = []
     text = " ".join(problems)
@@ -65,7 +66,7 @@ def repair(conn: Connection[Any], dim: int | None, problems: Sequence[str],
         done.append("rebuilt the BM25 index from the items")
     if dim is None:
         return done
-    if "vector" in text:
+    if any(label in text for label, _ in q.VECTOR_CHECKS):
         foreign = conn.execute("DELETE FROM item_vectors WHERE rowid IN "
                                "(SELECT rowid FROM items WHERE embedded_hash IS NULL)").rowcount
         missing = conn.execute(
@@ -73,10 +74,7 @@ def repair(conn: Connection[Any], dim: int | None, problems: Sequence[str],
             "(SELECT 1 FROM item_vectors v WHERE v.rowid = items.rowid)").rowcount
         done.append(f"vectors: dropped {foreign} of items not marked embedded; {missing} items "
                     f"without a vector marked for embedding")
-    if "HNSW index is invalid" in text:
-        conn.execute("REINDEX INDEX item_vectors_hnsw")
-        done.append("rebuilt the HNSW index")
-    elif "no HNSW index" in text:
-        build_hnsw()
-        done.append("built the HNSW index")
+    if "vector index is invalid" in text or "no vector index" in text:
+        build_index()  # lists chosen and probes measured again, over the rows of today
+        done.append("built the vector index")
     return done

@@ -26,6 +26,7 @@ from psycopg import sql
 from .. import records
 from ..contract import SearchArea, Vector
 from ..records import META_VECTOR_DIM
+from . import ann
 
 RANKINGS = ("bm25", "ts_rank", "ts_rank_cd")
 BM25_K1 = 1.2
@@ -34,8 +35,6 @@ BM25_B = 0.75
 # 0.70 at 40, 0.86 at 100, 0.93-0.96 at 200 (graph builds vary), 0.948 at 400, 0.965 at 600
 # (p50 3.4 / 5.6 / 7.7 ms on a quiet machine; docs/postgres.md "Why 600"). A hybrid search
 # asks depth 300, so ef 600 already; the floor matters to vector searches of small limits.
-EF_SEARCH_MIN = 600
-EF_SEARCH_MAX = 1000  # pgvector's bound; an iterative scan goes on past it when filtering
 
 # The SQL type of each of records.WRITE_COLUMNS (the arrays of INSERT below; bulk.py's COPY).
 WRITE_TYPES = (
@@ -85,18 +84,18 @@ UNMARK_NOT_PENDING = sql.SQL(
 MARK_PENDING = sql.SQL(
     "UPDATE items SET embedded_hash = content_hash FROM item_vectors v "
     "WHERE v.rowid = items.rowid AND items.embedded_hash IS DISTINCT FROM items.content_hash")
-CREATE_HNSW = sql.SQL(
-    "CREATE INDEX IF NOT EXISTS item_vectors_hnsw ON item_vectors "
-    "USING hnsw (embedding vector_cosine_ops)")
+# The dimension, and the probes measured when the IVFFlat index was built (ann.py) if it exists.
 VECTOR_STATE = sql.SQL(
     "SELECT (SELECT value FROM meta WHERE key = {}), "
-    "to_regclass('item_vectors_hnsw') IS NOT NULL").format(sql.Literal(META_VECTOR_DIM))
-# Session settings of the pooled connection (they only steer HNSW scans), sent with each
-# KNN query: relaxed_order lets a filtered scan continue past ef_search until it has found
+    "CASE WHEN to_regclass({}) IS NOT NULL THEN "
+    "coalesce((SELECT value::int FROM meta WHERE key = {}), 1) END").format(
+        sql.Literal(META_VECTOR_DIM), sql.Literal(ann.INDEX), sql.Literal(ann.META_PROBES))
+# Session settings of the pooled connection (they only steer IVFFlat scans), sent with each
+# KNN query: relaxed_order lets a filtered scan probe more lists until it has found
 # `limit` rows that pass the filter (pgvector >= 0.8).
 KNN_SETTINGS = sql.SQL(
-    "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false), "
-    "set_config('hnsw.ef_search', %s, false)")
+    "SELECT set_config('ivfflat.iterative_scan', 'relaxed_order', false), "
+    "set_config('ivfflat.probes', %s, false)")
 
 # Items in the store, and how many it held when the BM25 index's blocks were last merged.
 COMPACT_STATE = sql.SQL(
@@ -114,8 +113,8 @@ BM25_CHECK = sql.SQL(
     "SELECT (SELECT coalesce(sum(length(tsv)), 0) FROM items), "
     "coalesce(sum(cardinality(rowids)), 0), coalesce(sum(n), 0) FROM bm25_blocks")
 VECTOR_CHECKS = tuple((label, sql.SQL(check)) for label, check in records.vector_checks("item_vectors"))
-HNSW_VALID = sql.SQL(
-    "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass('item_vectors_hnsw')")
+VECTOR_INDEX_VALID = sql.SQL(
+    "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass({})").format(sql.Literal(ann.INDEX))
 
 
 def create_vector_table(dim: int) -> sql.Composed:
@@ -129,11 +128,6 @@ def create_pending_table(dim: int) -> sql.Composed:
     return sql.SQL(
         "CREATE TABLE item_vectors_pending (id text PRIMARY KEY, "
         "embedding vector({}) NOT NULL, content_hash text NOT NULL)").format(sql.Literal(int(dim)))
-
-
-def ef_search(limit: int) -> int:
-    """The HNSW candidate list for a KNN of depth `limit`: twice the depth, 600 to 1,000."""
-    return min(EF_SEARCH_MAX, max(EF_SEARCH_MIN, 2 * limit))
 
 
 def explain(statement: sql.Composed) -> sql.Composed:
@@ -309,7 +303,7 @@ def substring_search(
 
 # Vectors are unit length (embedders normalize, the store normalizes callers' vectors), so
 # the score is the dot product, as the SQLite backend computes it: cosine similarity without
-# the float32 noise of re-normalizing, which would break exact ties differently. The HNSW
+# the float32 noise of re-normalizing, which would break exact ties differently. The IVFFlat
 # index (cosine) picks the candidates; they are re-sorted exactly, ties by rowid as SQLite.
 _KNN = """
 WITH r AS MATERIALIZED (

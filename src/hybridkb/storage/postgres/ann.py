@@ -1,0 +1,197 @@
+"""The approximate vector index on PostgreSQL: pgvector's IVFFlat, its probes measured per build.
+
+Why IVFFlat and not HNSW (the index before issue #16's fifth pass): on the benchmark's
+million items (113 noisy copies of each of 8,816 real embeddings) pgvector's HNSW graph
+(m 16, ef_construction 64, ef_search 600) held recall@10 0.755 against exact at 142 ms,
+and its build took most of a 20-minute load. IVFFlat with a list per 500 rows, measured
+on the same server and store (100 test queries, 300 deep as a search asks): 0.974 at
+32 probes in 14.7 ms, built in 117 s; at 100,000 items 0.966 at 20 probes in 6.4 ms, built
+in 2.2 s, where HNSW held 0.965 in 5.2 ms after an 18.8 s build (docs/postgres.md).
+
+Recall depends on the data as much as on the settings, so each build measures it, as the
+SQLite backend measures its passes (indexes/vector_recall.py): pseudo-queries (sums of six
+stored vectors) are answered exactly by a scan and through the index at rising probes;
+the fewest probes whose recall@10 reaches RECALL_TARGET is what searches use (kept in
+`meta`). The last rung probes every list, so some rung always reaches it.
+
+IVFFlat's lists are fixed when it is built (new rows join the nearest list), so once the
+store holds GROWTH times the vectors the index was built over, it is built again: under
+a new name while searches go on through the old one, then swapped in.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from psycopg import sql
+
+from .. import codec
+from ..indexes import vector_recall
+
+if TYPE_CHECKING:
+    from psycopg import Connection
+
+INDEX = "item_vectors_ivf"
+_BUILDING = "item_vectors_ivf_next"  # a rebuild's index until it is swapped in
+MAX_DIM = 2000  # pgvector's limit for an index on `vector`
+ROWS_PER_LIST = 500  # 1,000 lists at 1M items: 0.952 at 32 probes in 27.9 ms (2,000: 0.974 in 14.7)
+MIN_LISTS, MAX_LISTS = 10, 10_000
+RECALL_TARGET = vector_recall.RECALL_TARGET
+PROBE_LADDER = (1, 2, 3, 4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128, 192, 256, 384, 512)
+SAMPLE = vector_recall.SAMPLE  # pseudo-queries per build (24 measured 0.958 where 50 saw 0.838)
+K = vector_recall.K
+GROWTH = 4  # rebuilt once the store holds this many times the vectors it was built over
+_SAMPLE_PER_LIST = 50  # pgvector's k-means sample: this many rows per list, in memory
+_COPY_OUT = "COPY (SELECT embedding FROM item_vectors) TO STDOUT (FORMAT BINARY)"
+_FILE_HEAD = 19  # a binary COPY's signature, flags and header extension length
+_ROW_HEAD = 10  # per row: field count (2), field length (4), pgvector's dim and unused (2 + 2)
+_BLOCK_ROWS = 65_536
+META_PROBES = "pg_ivf_probes"
+META_RECALL = "pg_ivf_recall"
+META_ROWS = "pg_ivf_rows"  # vectors the index was built over
+META_ITEMS = "pg_ivf_items"  # items in the store then (corpus_stats: exact, and cheap to read)
+META_LISTS = "pg_ivf_lists"
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    probes: int
+    recall: float  # recall@10 of the pseudo-queries at `probes`
+    seconds: float  # median time of one pseudo-query at `probes`
+
+
+def lists_for(rows: int) -> int:
+    return int(min(MAX_LISTS, max(MIN_LISTS, rows // ROWS_PER_LIST)))
+
+
+def rungs(lists: int) -> list[int]:
+    """Probes tried, fewest first; the last probes every list (an exact answer)."""
+    return [p for p in PROBE_LADDER if p < lists] + [lists]
+
+
+def build(conn: Connection[Any], dim: int) -> Calibration | None:
+    """Build (or build again) the index over the stored vectors and measure its probes,
+    in the caller's transaction; None when the dimension is past pgvector's limit."""
+    if dim > MAX_DIM:
+        return None
+    row = conn.execute("SELECT count(*) FROM item_vectors").fetchone()
+    rows = int(row[0]) if row else 0
+    lists = lists_for(rows)
+    # k-means holds _SAMPLE_PER_LIST rows per list in memory; the server's default
+    # maintenance_work_mem (64 MB) is too small for 2,000 lists of 384 dimensions.
+    needed_mb = 2 * lists * _SAMPLE_PER_LIST * (4 * dim + 64) // 2**20 + 64
+    conn.execute("SELECT set_config('maintenance_work_mem', %s, true) "
+                 "WHERE pg_size_bytes(current_setting('maintenance_work_mem')) < %s",
+                 [f"{needed_mb}MB", needed_mb * 2**20])
+    exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", [INDEX]).fetchone() == (True,)
+    name = _BUILDING if exists else INDEX
+    conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(_BUILDING)))
+    conn.execute(sql.SQL(
+        "CREATE INDEX {} ON item_vectors USING ivfflat (embedding vector_cosine_ops) "
+        "WITH (lists = {})").format(sql.Identifier(name), sql.Literal(lists)))
+    if exists:  # searches used the old index until here; they wait for the commit now
+        conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(INDEX)))
+        conn.execute(sql.SQL("ALTER INDEX {} RENAME TO {}").format(
+            sql.Identifier(_BUILDING), sql.Identifier(INDEX)))
+    # Fresh statistics, or the planner, still counting a handful of rows after a bulk
+    # load, prefers a scan and sort over the index it was just given.
+    conn.execute("ANALYZE items")
+    conn.execute("ANALYZE item_vectors")
+    found = calibrate(conn, rows, lists)
+    conn.cursor().executemany(
+        "INSERT INTO meta (key, value) VALUES (%s, %s) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        [(META_PROBES, str(found.probes)), (META_RECALL, str(found.recall)),
+         (META_ROWS, str(rows)), (META_LISTS, str(lists)), (META_ITEMS, str(_items(conn)))])
+    return found
+
+
+def calibrate(conn: Connection[Any], rows: int, lists: int) -> Calibration:
+    """The fewest probes at which the index finds RECALL_TARGET of the pseudo-queries'
+    exact top 10 (a hit scores at least the exact 10th best: ties are equally right)."""
+    queries = _pseudo_queries(conn, rows)
+    if len(queries) == 0:
+        return Calibration(lists, 1.0, 0.0)
+    conn.execute("SELECT set_config('ivfflat.iterative_scan', 'off', true)")
+    kth = kth_exact(conn, queries, queries.shape[1])
+    wanted = min(K, rows)
+    recall = 1.0
+    for probes in rungs(lists):
+        conn.execute("SELECT set_config('ivfflat.probes', %s, true)", [str(probes)])
+        hits, times = 0, []
+        for q, bar in zip(queries, kth, strict=True):
+            start = time.perf_counter()
+            got = conn.execute(
+                "SELECT -(embedding <#> %s) FROM item_vectors ORDER BY embedding <=> %s LIMIT %s",
+                [q, q, K]).fetchall()
+            times.append(time.perf_counter() - start)
+            hits += min(wanted, sum(1 for (score,) in got if score >= bar - 1e-6))
+        recall = hits / (wanted * len(queries))
+        if recall >= RECALL_TARGET or probes >= lists:
+            return Calibration(probes, round(recall, 4), float(np.median(times)))
+    return Calibration(lists, round(recall, 4), 0.0)  # not reached: rungs end at `lists`
+
+
+def _pseudo_queries(conn: Connection[Any], rows: int) -> Any:
+    """SAMPLE sums of PARTS stored vectors (vector_recall.pseudo_queries), the rows drawn
+    from a sample of the table's pages."""
+    want = SAMPLE * vector_recall.PARTS
+    percent = min(100.0, 100.0 * 4 * want / max(rows, 1))
+    picked = conn.execute(
+        "SELECT embedding FROM item_vectors TABLESAMPLE SYSTEM (%s) REPEATABLE (15) LIMIT %s",
+        [percent, want]).fetchall()
+    if len(picked) < want:  # a small or sparse table: read it in order instead
+        picked = conn.execute("SELECT embedding FROM item_vectors LIMIT %s", [want]).fetchall()
+    if not picked:
+        return np.zeros((0, 0), dtype=np.float32)
+    matrix = np.stack([codec.from_pg(r[0]) for r in picked]).astype(np.float32)
+    return vector_recall.pseudo_queries(matrix, len(matrix), sample=SAMPLE)
+
+
+def kth_exact(conn: Connection[Any], queries: Any, dim: int) -> Any:
+    """Each query's K-th best exact score, from one binary COPY of the vectors scored in
+    blocks by numpy (an exact scan per query in SQL took 0.5-0.8 s at 1M vectors)."""
+    row_bytes = _ROW_HEAD + 4 * dim
+    dtype = np.dtype([("head", "V", _ROW_HEAD), ("v", ">f4", (dim,))])
+    best = np.full((len(queries), 0), -np.inf, dtype=np.float32)
+    pending = bytearray()
+    started = False
+
+    def score(rows: int) -> None:
+        nonlocal best
+        block = np.frombuffer(bytes(pending[: rows * row_bytes]), dtype=dtype)["v"].astype(np.float32)
+        del pending[: rows * row_bytes]
+        both = np.concatenate([best, queries @ block.T], axis=1)
+        best = -np.sort(-both, axis=1)[:, :K]
+
+    with conn.cursor(binary=True).copy(_COPY_OUT) as copy:
+        for chunk in copy:
+            pending += chunk
+            if not started and len(pending) >= _FILE_HEAD:
+                del pending[:_FILE_HEAD]
+                started = True
+            if started and len(pending) >= _BLOCK_ROWS * row_bytes:
+                score(_BLOCK_ROWS)
+    if started and len(pending) >= row_bytes:
+        score(len(pending) // row_bytes)  # what is left past the rows is the 2-byte trailer
+    if best.shape[1] == 0:
+        return np.full(len(queries), -1.0, dtype=np.float32)
+    return best[:, -1]
+
+
+def _items(conn: Connection[Any]) -> int:
+    row = conn.execute("SELECT coalesce(sum(n_docs), 0) FROM corpus_stats").fetchone()
+    return int(row[0]) if row else 0
+
+
+def grown(conn: Connection[Any]) -> bool:
+    """Whether the store holds GROWTH times the items it held when the index was built
+    (items, not vectors: their count is kept by triggers, where counting a large table's
+    vectors on every write would cost tens of milliseconds)."""
+    row = conn.execute("SELECT value::bigint FROM meta WHERE key = %s", [META_ITEMS]).fetchone()
+    if row is None:
+        return False
+    return _items(conn) >= GROWTH * max(int(row[0]), 1)

@@ -1,0 +1,106 @@
+"""The PostgreSQL vector index (storage/postgres/ann.py): IVFFlat, its probes measured per
+build, built again as the store grows, rebuilt by optimize() and repair."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import psycopg
+import pytest
+from pgvector.psycopg import register_vector
+
+import hybridkb
+from hybridkb.model import Filters
+from hybridkb.storage.contract import SearchArea
+from hybridkb.storage.postgres import ann
+
+DIM = 32
+
+
+def _clustered(n: int, seed: int = 3, centers: int = 40) -> np.ndarray:
+    """Unit vectors in `centers` clusters: what real embeddings look like to an IVF index."""
+    rng = np.random.default_rng(seed)
+    middle = rng.standard_normal((centers, DIM))
+    rows = middle[rng.integers(0, centers, n)] + 0.6 * rng.standard_normal((n, DIM))
+    out: np.ndarray = (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+    return out
+
+
+def _items(vectors: np.ndarray, start: int = 0) -> list[dict[str, object]]:
+    return [{"id": f"v{start + k}", "text": f"item {start + k}", "vector": v}
+            for k, v in enumerate(vectors)]
+
+
+def _meta(url: str, key: str) -> str | None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT value FROM meta WHERE key = %s", [key]).fetchone()
+    return row[0] if row else None
+
+
+def _index_oid(url: str) -> int | None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT to_regclass('item_vectors_ivf')::oid").fetchone()
+    return row[0] if row else None
+
+
+def test_exact_kth_scores_from_the_binary_copy_match_numpy(pg_url: str,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ann, "_BLOCK_ROWS", 70)  # several blocks and a ragged last one
+    vectors = _clustered(500)
+    queries = _clustered(7, seed=9)
+    with hybridkb.open(pg_url, embedder=None, vector_index_min_rows=10**6) as kb:
+        kb.add_many(_items(vectors))
+    with psycopg.connect(pg_url) as conn:
+        register_vector(conn)
+        got = ann.kth_exact(conn, queries, DIM)
+    want = -np.sort(-(queries @ vectors.T), axis=1)[:, ann.K - 1]
+    assert np.allclose(got, want, atol=1e-5)
+
+
+def test_a_build_measures_its_probes_and_searches_find_the_true_neighbours(pg_url: str) -> None:
+    both = _clustered(3030)  # queries from the same clusters as the items, as real ones are
+    vectors, queries = both[:3000], both[3000:]
+    with hybridkb.open(pg_url, embedder=None, vector_index_min_rows=1000) as kb:
+        kb.add_many(_items(vectors), batch_size=3000)
+        assert _index_oid(pg_url) is not None
+        probes, recall = int(_meta(pg_url, ann.META_PROBES) or 0), float(_meta(pg_url, ann.META_RECALL) or 0)
+        lists = int(_meta(pg_url, ann.META_LISTS) or 0)
+        assert lists == ann.lists_for(3000) and probes in ann.rungs(lists)
+        assert recall >= ann.RECALL_TARGET and _meta(pg_url, ann.META_ROWS) == "3000"
+        area = SearchArea(corpora=None, filters=Filters(), now=time.time())
+        found = 0
+        for q in queries:
+            exact = {f"v{k}" for k in np.argsort(-(vectors @ q))[:10]}
+            found += len(exact & {i for i, _ in kb.backend.vector_search(q, area, 10)})
+        assert found / (10 * len(queries)) >= 0.9
+
+
+def test_the_index_is_built_again_once_the_store_has_grown_fourfold(pg_url: str) -> None:
+    vectors = _clustered(3000)
+    with hybridkb.open(pg_url, embedder=None, vector_index_min_rows=500) as kb:
+        kb.add_many(_items(vectors[:600]), batch_size=600)
+        first = _index_oid(pg_url)
+        assert first is not None and _meta(pg_url, ann.META_ITEMS) == "600"
+        kb.add_many(_items(vectors[600:1800], 600), batch_size=500)  # 1,800 < 4 x 600
+        assert _index_oid(pg_url) == first
+        kb.add_many(_items(vectors[1800:], 1800), batch_size=500)  # 2,800 >= 4 x 600 after two
+        assert _index_oid(pg_url) not in (None, first)
+        assert int(_meta(pg_url, ann.META_ITEMS) or 0) >= 2400
+        assert kb.backend.integrity_problems() == []
+
+
+def test_optimize_and_repair_build_a_missing_index(pg_url: str) -> None:
+    vectors = _clustered(800)
+    with hybridkb.open(pg_url, embedder=None, vector_index_min_rows=500) as kb:
+        kb.add_many(_items(vectors), batch_size=800)
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("DROP INDEX item_vectors_ivf")
+        problems = kb.backend.integrity_problems()
+        assert problems == ["800 vectors but no vector index"]
+        assert kb.backend.repair() == ["built the vector index"]
+        assert _index_oid(pg_url) is not None and kb.backend.integrity_problems() == []
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("DROP INDEX item_vectors_ivf")
+        kb.optimize()
+        assert _index_oid(pg_url) is not None and kb.backend.integrity_problems() == []
