@@ -495,3 +495,25 @@ def test_password_is_not_shown(pg_url: str) -> None:
     assert pg.redact("postgresql://u@h/db") == "postgresql://u@h/db"
     with hybridkb.open(pg_url, embedder=None) as kb:
         assert kb.stats()["target"] == pg_url
+
+
+def test_hybrid_search_runs_its_two_retrievals_at_once(pg_url: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    with hybridkb.open(pg_url, embedder=HashingEmbedder(64)) as kb:
+        kb.add_many(random_items(80))
+        backend = kb.backend
+        threads: list[str] = []
+        real = pg.PostgresBackend.vector_search
+
+        def spy(self: pg.PostgresBackend, *args: Any) -> Any:
+            threads.append(threading.current_thread().name)
+            return real(self, *args)
+
+        monkeypatch.setattr(pg.PostgresBackend, "vector_search", spy)
+        together = kb.search("alpha river stone", mode="hybrid", limit=10)
+        assert threads and threads[-1].startswith("hybridkb-retrieve")
+        monkeypatch.setattr(backend, "retrieves_concurrently", False)
+        apart = kb.search("alpha river stone", mode="hybrid", limit=10)
+        assert threads[-1] == threading.current_thread().name
+        assert together.ids == apart.ids and len(together.ids) == 10
+        assert [h.score for h in together.hits] == [h.score for h in apart.hits]

@@ -10,7 +10,10 @@ this module knows fusion.
 from __future__ import annotations
 
 import math
+import os
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from . import dedup, textquery
@@ -156,9 +159,14 @@ def run(
     for group in groups:
         area = SearchArea(corpora=group, filters=plan.filters, now=now)
         per: dict[str, ScoredIds] = {}
+        pending = None
+        if use_fts and qvec is not None and getattr(backend, "retrieves_concurrently", False):
+            pending = _workers().submit(backend.vector_search, qvec, area, depth)
         if use_fts:
             per["fts"] = backend.text_search(text_query, area, depth)
-        if qvec is not None:
+        if pending is not None:
+            per["vector"] = pending.result()
+        elif qvec is not None:
             per["vector"] = backend.vector_search(qvec, area, depth)
         lists[group] = per
 
@@ -330,3 +338,27 @@ def _hit(
 def _label(item: StoredItem, labels: dict[str, str]) -> str:
     return source_label(corpus=item.corpus, kind=item.kind, title=item.title, item_id=item.id,
                         metadata=item.metadata, template=labels.get(item.corpus))
+
+
+# A backend whose retrievals are a server's work on pooled connections (PostgreSQL:
+# `retrieves_concurrently`) answers a hybrid search's two at once: the vector search on
+# a worker thread while the caller's thread asks for the text.
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _workers() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="hybridkb-retrieve")
+        return _pool
+
+
+def _forget_workers() -> None:
+    """A forked child does not inherit the pool's threads: it starts its own."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_workers)

@@ -92,6 +92,10 @@ class PostgresBackend:
     Thread-safe: each call borrows a pooled connection for one statement or transaction.
     """
 
+    # Each retrieval borrows its own pooled connection and is mostly the server's work, so
+    # a hybrid search runs the text and vector searches at once (pipeline.py).
+    retrieves_concurrently = True
+
     def __init__(
         self, url: str, *, bm25_weights: tuple[float, float] = DEFAULT_BM25_WEIGHTS,
         ranking: str = "bm25", ts_normalization: int = 0,
