@@ -8,9 +8,11 @@ import time
 import numpy as np
 import psycopg
 import pytest
+from click.testing import CliRunner
 from pgvector.psycopg import register_vector
 
 import hybridkb
+from hybridkb.cli import cli
 from hybridkb.model import Filters
 from hybridkb.storage.contract import SearchArea
 from hybridkb.storage.postgres import ann
@@ -104,3 +106,20 @@ def test_optimize_and_repair_build_a_missing_index(pg_url: str) -> None:
             conn.execute("DROP INDEX item_vectors_ivf")
         kb.optimize()
         assert _index_oid(pg_url) is not None and kb.backend.integrity_problems() == []
+
+
+def test_the_cli_optimize_reports_the_vector_index(pg_url: str) -> None:
+    with hybridkb.open(pg_url, embedder=None, vector_index_min_rows=10**6) as kb:
+        kb.add_many(_items(_clustered(700)), batch_size=700)  # below the default: no index
+    runner = CliRunner()
+    out = runner.invoke(cli, ["--db", pg_url, "optimize"])
+    assert out.exit_code == 0, out.output
+    assert "BM25 index: blocks merged" in out.output
+    assert "vector index: 700 vectors, exact scan, already current" in out.output
+    with hybridkb.open(pg_url, embedder=None, vector_index_min_rows=500) as kb:
+        report = kb.optimize()
+    assert report["vector_index_built"] and report["first_pass"] == "ivfflat"
+    assert report["lists"] == ann.lists_for(700) and report["probe_recall"] >= ann.RECALL_TARGET
+    again = runner.invoke(cli, ["--db", pg_url, "optimize"])
+    assert f"IVFFlat, {report['lists']} lists, {report['probes']} probes" in again.output
+    assert "already current" in again.output

@@ -213,6 +213,16 @@ def optimize(ctx: Context) -> None:
     report["seconds"] = round(time.monotonic() - start, 3)
 
     def human() -> None:
+        if "bm25_merged" in report:  # PostgreSQL
+            shape = (f"IVFFlat, {report.get('lists')} lists, {report.get('probes')} probes "
+                     f"(recall@10 {report.get('probe_recall')} measured at the build)"
+                     if report["first_pass"] == "ivfflat" else "exact scan")
+            done = "built now" if report.get("vector_index_built") else "already current"
+            click.echo("BM25 index: blocks merged")
+            if report["vectors"]:
+                click.echo(f"vector index: {report['vectors']} vectors, {shape}, {done}")
+            click.echo(f"done in {report['seconds']:.1f}s")
+            return
         if "text_documents" not in report:
             click.echo("nothing to optimize: this store keeps no derived indexes")
             return

@@ -501,7 +501,7 @@ class KnowledgeBase:
         fully up to date now, in the foreground, instead of leaving it to later searches
         and background threads. Returns what was done ({} when the backend derives none)."""
         optimize = getattr(self.backend, "optimize", None)
-        done = optimize() if optimize is not None else None  # PostgreSQL's returns nothing
+        done = optimize() if optimize is not None else None
         return dict(done) if done else {}
 
     def check(self, *, repair: bool = False) -> dict[str, Any]:

@@ -195,3 +195,27 @@ def grown(conn: Connection[Any]) -> bool:
     if row is None:
         return False
     return _items(conn) >= GROWTH * max(int(row[0]), 1)
+
+
+def stale(conn: Connection[Any], dim: int, probes: int | None, min_rows: int) -> bool:
+    """Whether `optimize()` should build the index: missing, or built over another number
+    of vectors than the store holds (once it holds `min_rows`)."""
+    row = conn.execute("SELECT count(*), (SELECT value::bigint FROM meta WHERE key = %s) "
+                       "FROM item_vectors", [META_ROWS]).fetchone()
+    rows, built = (int(row[0]), row[1]) if row else (0, None)
+    return rows >= max(min_rows, 1) and dim <= MAX_DIM and (probes is None or built != rows)
+
+
+def describe(conn: Connection[Any]) -> dict[str, Any]:
+    """The vectors and the index over them: lists, probes and the recall measured at the build."""
+    has_table = conn.execute("SELECT to_regclass('item_vectors') IS NOT NULL").fetchone() == (True,)
+    row = conn.execute("SELECT count(*) FROM item_vectors").fetchone() if has_table else (0,)
+    meta = dict(conn.execute("SELECT key, value FROM meta WHERE key = ANY(%s)",
+                             [[META_LISTS, META_PROBES, META_RECALL]]).fetchall())
+    indexed = conn.execute("SELECT to_regclass(%s) IS NOT NULL", [INDEX]).fetchone() == (True,)
+    out: dict[str, Any] = {"vectors": int(row[0]) if row else 0,
+                           "first_pass": "ivfflat" if indexed else "exact"}
+    if indexed and META_PROBES in meta:
+        out.update(lists=int(meta[META_LISTS]), probes=int(meta[META_PROBES]),
+                   probe_recall=float(meta[META_RECALL]))
+    return out

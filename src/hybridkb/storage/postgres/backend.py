@@ -367,23 +367,21 @@ class PostgresBackend:
             bulk.lock(conn, bulk.LOCK_VECTORS)
             bulk.build_index(conn, dim)
 
-    def optimize(self) -> None:
+    def optimize(self) -> dict[str, Any]:
         """Merge the BM25 index's blocks now, and build the vector index if it is missing or
-        was built over fewer rows (after a bulk load, for the fastest queries)."""
+        was built over fewer rows (after a bulk load, for the fastest queries); what the
+        vector index is now."""
         self._write(lambda conn: fulltext.compact(conn))
 
-        def index(conn: Connection[Any]) -> None:
+        def index(conn: Connection[Any]) -> dict[str, Any]:
             dim, probes = bulk.vector_state(conn)
-            if dim is None:
-                return
-            row = conn.execute("SELECT count(*), (SELECT value::bigint FROM meta WHERE key = %s) "
-                               "FROM item_vectors", [ann.META_ROWS]).fetchone()
-            rows, built = (int(row[0]), row[1]) if row else (0, None)
-            if rows >= max(self.index_min_rows, 1) and (probes is None or built != rows):
+            if dim is not None and ann.stale(conn, dim, probes, self.index_min_rows):
                 bulk.lock(conn, bulk.LOCK_VECTORS)
                 bulk.build_index(conn, dim)
+                return {"bm25_merged": True, **ann.describe(conn), "vector_index_built": True}
+            return {"bm25_merged": True, **ann.describe(conn), "vector_index_built": False}
 
-        self._write(index)
+        return self._write(index)
 
     def bulk_writes(self) -> AbstractContextManager[None]:
         """Nothing to do around many batches: each batch keeps the BM25 index current in its
