@@ -10,10 +10,7 @@ this module knows fusion.
 from __future__ import annotations
 
 import math
-import os
-import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from . import dedup, textquery
@@ -26,6 +23,7 @@ from .labels import source_label
 from .model import MODES, Filters, Hit, RetrieverHit, SearchResult, StoredItem
 from .scoring import ScorePolicy, apply, boosted, relevance
 from .storage.contract import Backend, ScoredIds, SearchArea, Vector
+from .storage.workers import Workers
 
 # Each retriever returns max(MIN_DEPTH, offset + limit) candidates. A depth that does
 # not grow with `limit` keeps score-aware fusions (whose normalization depends on the
@@ -161,7 +159,7 @@ def run(
         per: dict[str, ScoredIds] = {}
         pending = None
         if use_fts and qvec is not None and getattr(backend, "retrieves_concurrently", False):
-            pending = _workers().submit(backend.vector_search, qvec, area, depth)
+            pending = _retrievers.pool().submit(backend.vector_search, qvec, area, depth)
         if use_fts:
             per["fts"] = backend.text_search(text_query, area, depth)
         if pending is not None:
@@ -343,22 +341,4 @@ def _label(item: StoredItem, labels: dict[str, str]) -> str:
 # A backend whose retrievals are a server's work on pooled connections (PostgreSQL:
 # `retrieves_concurrently`) answers a hybrid search's two at once: the vector search on
 # a worker thread while the caller's thread asks for the text.
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-def _workers() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="hybridkb-retrieve")
-        return _pool
-
-
-def _forget_workers() -> None:
-    """A forked child does not inherit the pool's threads: it starts its own."""
-    global _pool, _pool_lock
-    _pool, _pool_lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_workers)
+_retrievers = Workers(4, "hybridkb-retrieve")

@@ -22,15 +22,14 @@ is a few whole-array XOR/popcount passes; numpy has no fast reduction over a sho
 from __future__ import annotations
 
 import os
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from ..workers import Workers
 from . import vector_recall
 from .vector_math import dot_rows
 from .vector_recall import K, Probe
@@ -100,7 +99,7 @@ def distances(columns: Words, query_code: Words) -> npt.NDArray[np.uint16]:
         _distances_into(columns, code, out, 0, n)
         return out
     half = n // 2
-    other = _executor().submit(_distances_into, columns, code, out, 0, half)
+    other = _workers.pool().submit(_distances_into, columns, code, out, 0, half)
     _distances_into(columns, code, out, half, n)
     other.result()
     return out
@@ -114,25 +113,7 @@ def _distances_into(columns: Words, code: Words, out: npt.NDArray[np.uint16], st
     out[start:stop] = part
 
 
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-def _executor() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hybridkb-codes")
-        return _pool
-
-
-def _forget_pool() -> None:
-    """A forked child does not inherit the pool's thread: it starts its own."""
-    global _pool, _pool_lock
-    _pool, _pool_lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pool)
+_workers = Workers(1, "hybridkb-codes")
 
 
 def closest(dist: npt.NDArray[np.uint16], count: int) -> npt.NDArray[np.int64]:
