@@ -123,3 +123,23 @@ def test_the_cli_optimize_reports_the_vector_index(pg_url: str) -> None:
     again = runner.invoke(cli, ["--db", pg_url, "optimize"])
     assert f"IVFFlat, {report['lists']} lists, {report['probes']} probes" in again.output
     assert "already current" in again.output
+
+
+def test_a_store_with_the_old_hnsw_index_gets_ivfflat(pg_url: str) -> None:
+    """Migration 009 drops the HNSW index; until the IVFFlat index is built, searches scan
+    exactly and `check` says so; the next write of vectors builds it."""
+    vectors = _clustered(700)
+    with hybridkb.open(pg_url, embedder=None, vector_index_min_rows=10**6) as kb:
+        kb.add_many(_items(vectors[:600]), batch_size=600)
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # the store as migration 008 left it
+        conn.execute("CREATE INDEX item_vectors_hnsw ON item_vectors USING hnsw (embedding vector_cosine_ops)")
+        conn.execute("DELETE FROM schema_migrations WHERE name LIKE '009%'")
+    with hybridkb.open(pg_url, embedder=None, vector_index_min_rows=500) as kb:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            assert conn.execute("SELECT to_regclass('item_vectors_hnsw')").fetchone() == (None,)
+        assert kb.backend.integrity_problems() == ["600 vectors but no vector index"]
+        area = SearchArea(corpora=None, filters=Filters(), now=time.time())
+        best = kb.backend.vector_search(vectors[3], area, 1)
+        assert best[0][0] == "v3"  # an exact scan meanwhile
+        kb.add_many(_items(vectors[600:], 600), batch_size=100)
+        assert _index_oid(pg_url) is not None and kb.backend.integrity_problems() == []
