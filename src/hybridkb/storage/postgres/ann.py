@@ -21,7 +21,7 @@ a new name while searches go on through the old one, then swapped in.
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,8 @@ from psycopg import sql
 
 from .. import codec
 from ..indexes import vector_recall
+from ..records import META_VECTOR_DIM
+from . import sql as q
 
 if TYPE_CHECKING:
     from psycopg import Connection
@@ -55,12 +57,26 @@ META_ROWS = "pg_ivf_rows"  # vectors the index was built over
 META_ITEMS = "pg_ivf_items"  # items in the store then (corpus_stats: exact, and cheap to read)
 META_LISTS = "pg_ivf_lists"
 
+# The dimension, and the probes measured when the index was built if it exists.
+VECTOR_STATE = sql.SQL(
+    "SELECT (SELECT value FROM meta WHERE key = {}), "
+    "CASE WHEN to_regclass({}) IS NOT NULL THEN "
+    "coalesce((SELECT value::int FROM meta WHERE key = {}), 1) END").format(
+        sql.Literal(META_VECTOR_DIM), sql.Literal(INDEX), sql.Literal(META_PROBES))
+# Session settings of the pooled connection (they only steer IVFFlat scans), sent with each
+# KNN query: relaxed_order lets a filtered scan probe more lists until it has found
+# `limit` rows that pass the filter (pgvector >= 0.8).
+KNN_SETTINGS = sql.SQL(
+    "SELECT set_config('ivfflat.iterative_scan', 'relaxed_order', false), "
+    "set_config('ivfflat.probes', %s, false)")
+INDEX_VALID = sql.SQL(
+    "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass({})").format(sql.Literal(INDEX))
+
 
 @dataclass(frozen=True, slots=True)
 class Calibration:
     probes: int
     recall: float  # recall@10 of the pseudo-queries at `probes`
-    seconds: float  # median time of one pseudo-query at `probes`
 
 
 def lists_for(rows: int) -> int:
@@ -101,11 +117,9 @@ def build(conn: Connection[Any], dim: int) -> Calibration | None:
     conn.execute("ANALYZE items")
     conn.execute("ANALYZE item_vectors")
     found = calibrate(conn, rows, lists)
-    conn.cursor().executemany(
-        "INSERT INTO meta (key, value) VALUES (%s, %s) "
-        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        [(META_PROBES, str(found.probes)), (META_RECALL, str(found.recall)),
-         (META_ROWS, str(rows)), (META_LISTS, str(lists)), (META_ITEMS, str(_items(conn)))])
+    conn.cursor().executemany(q.SET_META, [
+        (META_PROBES, str(found.probes)), (META_RECALL, str(found.recall)),
+        (META_ROWS, str(rows)), (META_LISTS, str(lists)), (META_ITEMS, str(_items(conn)))])
     return found
 
 
@@ -114,25 +128,23 @@ def calibrate(conn: Connection[Any], rows: int, lists: int) -> Calibration:
     exact top 10 (a hit scores at least the exact 10th best: ties are equally right)."""
     queries = _pseudo_queries(conn, rows)
     if len(queries) == 0:
-        return Calibration(lists, 1.0, 0.0)
+        return Calibration(lists, 1.0)
     conn.execute("SELECT set_config('ivfflat.iterative_scan', 'off', true)")
     kth = kth_exact(conn, queries, queries.shape[1])
     wanted = min(K, rows)
     recall = 1.0
     for probes in rungs(lists):
         conn.execute("SELECT set_config('ivfflat.probes', %s, true)", [str(probes)])
-        hits, times = 0, []
-        for q, bar in zip(queries, kth, strict=True):
-            start = time.perf_counter()
+        hits = 0
+        for query, bar in zip(queries, kth, strict=True):
             got = conn.execute(
                 "SELECT -(embedding <#> %s) FROM item_vectors ORDER BY embedding <=> %s LIMIT %s",
-                [q, q, K]).fetchall()
-            times.append(time.perf_counter() - start)
+                [query, query, K]).fetchall()
             hits += min(wanted, sum(1 for (score,) in got if score >= bar - 1e-6))
         recall = hits / (wanted * len(queries))
         if recall >= RECALL_TARGET or probes >= lists:
-            return Calibration(probes, round(recall, 4), float(np.median(times)))
-    return Calibration(lists, round(recall, 4), 0.0)  # not reached: rungs end at `lists`
+            return Calibration(probes, round(recall, 4))
+    return Calibration(lists, round(recall, 4))  # not reached: rungs end at `lists`
 
 
 def _pseudo_queries(conn: Connection[Any], rows: int) -> Any:
@@ -183,7 +195,7 @@ def kth_exact(conn: Connection[Any], queries: Any, dim: int) -> Any:
 
 
 def _items(conn: Connection[Any]) -> int:
-    row = conn.execute("SELECT coalesce(sum(n_docs), 0) FROM corpus_stats").fetchone()
+    row = conn.execute(q.STORE_ITEMS).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -197,25 +209,34 @@ def grown(conn: Connection[Any]) -> bool:
     return _items(conn) >= GROWTH * max(int(row[0]), 1)
 
 
-def stale(conn: Connection[Any], dim: int, probes: int | None, min_rows: int) -> bool:
-    """Whether `optimize()` should build the index: missing, or built over another number
-    of vectors than the store holds (once it holds `min_rows`)."""
+def optimize(conn: Connection[Any], min_rows: int, lock: Callable[[], None]) -> dict[str, Any]:
+    """Build the index (after `lock()`) if it is missing or was built over another number
+    of vectors than the store holds (once it holds `min_rows`); the vectors and the index
+    over them: lists, probes and the recall measured at the build."""
+    dim, probes = state(conn)
+    if dim is None:
+        return {"vectors": 0, "first_pass": "exact", "vector_index_built": False}
     row = conn.execute("SELECT count(*), (SELECT value::bigint FROM meta WHERE key = %s) "
                        "FROM item_vectors", [META_ROWS]).fetchone()
     rows, built = (int(row[0]), row[1]) if row else (0, None)
-    return rows >= max(min_rows, 1) and dim <= MAX_DIM and (probes is None or built != rows)
-
-
-def describe(conn: Connection[Any]) -> dict[str, Any]:
-    """The vectors and the index over them: lists, probes and the recall measured at the build."""
-    has_table = conn.execute("SELECT to_regclass('item_vectors') IS NOT NULL").fetchone() == (True,)
-    row = conn.execute("SELECT count(*) FROM item_vectors").fetchone() if has_table else (0,)
-    meta = dict(conn.execute("SELECT key, value FROM meta WHERE key = ANY(%s)",
-                             [[META_LISTS, META_PROBES, META_RECALL]]).fetchall())
-    indexed = conn.execute("SELECT to_regclass(%s) IS NOT NULL", [INDEX]).fetchone() == (True,)
-    out: dict[str, Any] = {"vectors": int(row[0]) if row else 0,
-                           "first_pass": "ivfflat" if indexed else "exact"}
-    if indexed and META_PROBES in meta:
-        out.update(lists=int(meta[META_LISTS]), probes=int(meta[META_PROBES]),
-                   probe_recall=float(meta[META_RECALL]))
+    rebuild = rows >= max(min_rows, 1) and dim <= MAX_DIM and (probes is None or built != rows)
+    if rebuild:
+        lock()
+        build(conn, dim)
+        probes = state(conn)[1]
+    out: dict[str, Any] = {"vectors": rows, "first_pass": "exact" if probes is None else "ivfflat",
+                           "vector_index_built": rebuild}
+    if probes is not None:
+        meta = dict(conn.execute("SELECT key, value FROM meta WHERE key = ANY(%s)",
+                                 [[META_LISTS, META_PROBES, META_RECALL]]).fetchall())
+        if len(meta) == 3:  # an index this code built (its measurement is in meta)
+            out.update(lists=int(meta[META_LISTS]), probes=probes,
+                       probe_recall=float(meta[META_RECALL]))
     return out
+
+
+def state(conn: Connection[Any]) -> tuple[int | None, int | None]:
+    """The vector dimension (None: no vectors yet) and the probes KNN queries use (None:
+    no vector index)."""
+    row = conn.execute(VECTOR_STATE).fetchone()
+    return (int(row[0]) if row and row[0] else None), (int(row[1]) if row and row[1] else None)

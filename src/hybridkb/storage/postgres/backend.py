@@ -291,7 +291,7 @@ class PostgresBackend:
         def work(conn: Connection[Any]) -> None:
             bulk.lock(conn, bulk.LOCK_VECTORS)  # two stores opening at once create it once
             if records.ensure_vector_table(VectorTables(conn), dim) and self.index_min_rows <= 0:
-                bulk.build_index(conn, dim)
+                ann.build(conn, dim)
 
         self._write(work)
         self._known_dim = None
@@ -330,7 +330,7 @@ class PostgresBackend:
             bulk.lock(conn, bulk.LOCK_VECTORS)
             moved = records.finish_reembed(VectorTables(conn), model_id, dim)
             if moved >= self.index_min_rows:
-                bulk.build_index(conn, dim)
+                ann.build(conn, dim)
             return moved
 
         moved = self._write(work)
@@ -360,12 +360,12 @@ class PostgresBackend:
             self._write(self._rebuild_grown_index)
 
     def _rebuild_grown_index(self, conn: Connection[Any]) -> None:
-        """Build the vector index again once the store holds ann.GROWTH times the vectors
-        it was built over (its lists were chosen for fewer rows)."""
-        dim, probes = bulk.vector_state(conn)
+        """Build the vector index again once the store holds ann.GROWTH times the items it
+        held at the build (its lists were chosen for fewer rows)."""
+        dim, probes = ann.state(conn)
         if dim is not None and probes is not None and ann.grown(conn):
             bulk.lock(conn, bulk.LOCK_VECTORS)
-            bulk.build_index(conn, dim)
+            ann.build(conn, dim)
 
     def optimize(self) -> dict[str, Any]:
         """Merge the BM25 index's blocks now, and build the vector index if it is missing or
@@ -374,12 +374,10 @@ class PostgresBackend:
         self._write(lambda conn: fulltext.compact(conn))
 
         def index(conn: Connection[Any]) -> dict[str, Any]:
-            dim, probes = bulk.vector_state(conn)
-            if dim is not None and ann.stale(conn, dim, probes, self.index_min_rows):
+            def lock() -> None:
                 bulk.lock(conn, bulk.LOCK_VECTORS)
-                bulk.build_index(conn, dim)
-                return {"bm25_merged": True, **ann.describe(conn), "vector_index_built": True}
-            return {"bm25_merged": True, **ann.describe(conn), "vector_index_built": False}
+
+            return {"bm25_merged": True, **ann.optimize(conn, self.index_min_rows, lock)}
 
         return self._write(index)
 
@@ -401,7 +399,7 @@ class PostgresBackend:
         by_id = dict(zip(ids, vectors, strict=True))
 
         def work(conn: Connection[Any]) -> int:
-            dim, probes = bulk.vector_state(conn)
+            dim, probes = ann.state(conn)
             codec.check_dims(by_id.items(), dim)
             assert dim is not None
             build = bulk.prepare_vector_write(conn, dim, probes is not None, True)
@@ -520,7 +518,7 @@ class PostgresBackend:
         if limit <= 0:
             return []
         def work(conn: Connection[Any]) -> list[Any]:
-            dim, probes = bulk.vector_state(conn)
+            dim, probes = ann.state(conn)
             if dim is None:
                 return []
             query = codec.query(vector, dim)
@@ -549,7 +547,7 @@ class PostgresBackend:
         """The IVFFlat query, with its settings, in one round trip (a pipeline)."""
         statement, params = q.vector_search(query, area, limit, exact=False)
         with conn.pipeline():
-            conn.execute(q.KNN_SETTINGS, [str(probes)])
+            conn.execute(ann.KNN_SETTINGS, [str(probes)])
             cursor = conn.execute(q.explain(statement) if explain else statement, params)
         return cursor.fetchall()
 
@@ -557,7 +555,7 @@ class PostgresBackend:
         """EXPLAIN of the approximate KNN query (to check that the vector index is used)."""
         query = codec.as_array(vector)
         rows = self._run(lambda conn: self._knn(conn, query, area, limit,
-                                                bulk.vector_state(conn)[1] or 1, explain=True),
+                                                ann.state(conn)[1] or 1, explain=True),
                          write=False)
         return "\n".join(r[0] for r in rows)
 
@@ -571,17 +569,16 @@ class PostgresBackend:
         return self._run(self._integrity_problems, write=False)
 
     def _integrity_problems(self, conn: Connection[Any]) -> list[str]:
-        dim, probes = bulk.vector_state(conn)
+        dim, probes = ann.state(conn)
         return maintenance.integrity_problems(conn, dim, probes is not None,
-                                              index_max_dim=ann.MAX_DIM,
                                               index_min_rows=self.index_min_rows)
 
     def repair(self) -> list[str]:
         def work(conn: Connection[Any]) -> list[str]:
             bulk.lock(conn, bulk.LOCK_VECTORS)
-            dim, _ = bulk.vector_state(conn)
+            dim, _ = ann.state(conn)
             return maintenance.repair(conn, dim, self._integrity_problems(conn),
-                                      lambda: bulk.build_index(conn, dim or 0))
+                                      lambda: ann.build(conn, dim or 0))
 
         return self._write(work)
 

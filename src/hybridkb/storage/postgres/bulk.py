@@ -135,23 +135,12 @@ def rebuild_gin_for(conn: Connection[Any], batch: int) -> bool:
     3.2 s)."""
     if batch < GIN_REBUILD_MIN:
         return False
-    row = conn.execute("SELECT coalesce(sum(n_docs), 0) FROM corpus_stats").fetchone()
+    row = conn.execute(q.STORE_ITEMS).fetchone()
     return batch >= (int(row[0]) if row else 0)
 
 
 def lock(conn: Connection[Any], name: str) -> None:
     conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [name])
-
-
-def build_index(conn: Connection[Any], dim: int) -> None:
-    ann.build(conn, dim)
-
-
-def vector_state(conn: Connection[Any]) -> tuple[int | None, int | None]:
-    """The vector dimension (None: no vectors yet) and the probes KNN queries use (None:
-    no vector index)."""
-    row = conn.execute(q.VECTOR_STATE).fetchone()
-    return (int(row[0]) if row and row[0] else None), (int(row[1]) if row and row[1] else None)
 
 
 def prepare_vector_write(conn: Connection[Any], dim: int | None, indexed: bool,
@@ -178,7 +167,7 @@ def put_vectors(conn: Connection[Any], rowids: Sequence[int], vectors: Sequence[
     if build:
         n = conn.execute("SELECT count(*) FROM item_vectors").fetchone()
         if n is not None and n[0] >= index_min_rows:
-            build_index(conn, dim)
+            ann.build(conn, dim)
 
 
 class Batch:
@@ -197,7 +186,7 @@ class Batch:
 
     def write(self, conn: Connection[Any], index_min_rows: int) -> None:
         items, vectors = self.items, self.vectors
-        dim, probes = vector_state(conn)
+        dim, probes = ann.state(conn)
         indexed = probes is not None
         codec.check_dims(((item.id, vec) for item, vec in self.with_vectors), dim)
         build = prepare_vector_write(conn, dim, indexed, bool(self.with_vectors))

@@ -175,7 +175,7 @@ def keeps_many(conn: Connection[Any], area: SearchArea, min_rows: int) -> bool:
         sql.SQL("EXPLAIN (FORMAT JSON) SELECT 1 FROM items i WHERE {}").format(where),
         params).fetchone()
     rows = float(plan[0][0]["Plan"]["Plan Rows"]) if plan else 0.0
-    total = conn.execute("SELECT coalesce(sum(n_docs), 0) FROM corpus_stats").fetchone()
+    total = conn.execute(q.STORE_ITEMS).fetchone()
     share = rows / max(1.0, float(total[0]) if total else 1.0)
     return rows >= min_rows or share >= BROAD_SHARE
 

@@ -17,10 +17,7 @@ from . import sql as q
 if TYPE_CHECKING:
     from psycopg import Connection
 
-VectorState = Callable[["Connection[Any]"], tuple[int | None, bool]]
-
-
-def integrity_problems(conn: Connection[Any], dim: int | None, indexed: bool, *, index_max_dim: int,
+def integrity_problems(conn: Connection[Any], dim: int | None, indexed: bool, *,
                        index_min_rows: int) -> list[str]:
     """Empty when sound: statistics, items and vectors agree; the vector index is usable."""
     problems = [
@@ -38,10 +35,10 @@ def integrity_problems(conn: Connection[Any], dim: int | None, indexed: bool, *,
         row = conn.execute(check).fetchone()
         if row is not None and row[0]:
             problems.append(f"{row[0]} {label}")
-    index = conn.execute(q.VECTOR_INDEX_VALID).fetchone()
+    index = conn.execute(ann.INDEX_VALID).fetchone()
     if index is not None and not index[0]:
         problems.append(f"the vector index is invalid (REINDEX INDEX {ann.INDEX})")
-    if not indexed and dim <= index_max_dim and index_min_rows > 0:
+    if not indexed and dim <= ann.MAX_DIM and index_min_rows > 0:
         row = conn.execute("SELECT count(*) FROM item_vectors").fetchone()
         if row is not None and row[0] > index_min_rows:
             problems.append(f"{row[0]} vectors but no vector index")
@@ -49,7 +46,7 @@ def integrity_problems(conn: Connection[Any], dim: int | None, indexed: bool, *,
 
 
 def repair(conn: Connection[Any], dim: int | None, problems: Sequence[str],
-           build_index: Callable[[], None]) -> list[str]:
+           build_index: Callable[[], object]) -> list[str]:
     """Rebuild what `problems` found wrong from the items; returns what was done."""
     done: list[str] = []
     text = " ".join(problems)

@@ -25,17 +25,10 @@ from psycopg import sql
 
 from .. import records
 from ..contract import SearchArea, Vector
-from ..records import META_VECTOR_DIM
-from . import ann
 
 RANKINGS = ("bm25", "ts_rank", "ts_rank_cd")
 BM25_K1 = 1.2
 BM25_B = 0.75
-# Recall@10 against exact at 100,000 items with near-duplicate clusters (the benchmark's):
-# 0.70 at 40, 0.86 at 100, 0.93-0.96 at 200 (graph builds vary), 0.948 at 400, 0.965 at 600
-# (p50 3.4 / 5.6 / 7.7 ms on a quiet machine; docs/postgres.md "Why 600"). A hybrid search
-# asks depth 300, so ef 600 already; the floor matters to vector searches of small limits.
-
 # The SQL type of each of records.WRITE_COLUMNS (the arrays of INSERT below; bulk.py's COPY).
 WRITE_TYPES = (
     "text", "text", "text", "text", "text", "text", "text", "text", "text", "jsonb", "float8",
@@ -84,18 +77,8 @@ UNMARK_NOT_PENDING = sql.SQL(
 MARK_PENDING = sql.SQL(
     "UPDATE items SET embedded_hash = content_hash FROM item_vectors v "
     "WHERE v.rowid = items.rowid AND items.embedded_hash IS DISTINCT FROM items.content_hash")
-# The dimension, and the probes measured when the IVFFlat index was built (ann.py) if it exists.
-VECTOR_STATE = sql.SQL(
-    "SELECT (SELECT value FROM meta WHERE key = {}), "
-    "CASE WHEN to_regclass({}) IS NOT NULL THEN "
-    "coalesce((SELECT value::int FROM meta WHERE key = {}), 1) END").format(
-        sql.Literal(META_VECTOR_DIM), sql.Literal(ann.INDEX), sql.Literal(ann.META_PROBES))
-# Session settings of the pooled connection (they only steer IVFFlat scans), sent with each
-# KNN query: relaxed_order lets a filtered scan probe more lists until it has found
-# `limit` rows that pass the filter (pgvector >= 0.8).
-KNN_SETTINGS = sql.SQL(
-    "SELECT set_config('ivfflat.iterative_scan', 'relaxed_order', false), "
-    "set_config('ivfflat.probes', %s, false)")
+# Items in the store: corpus_stats' counts, kept exact by triggers (no count of items).
+STORE_ITEMS = sql.SQL("SELECT coalesce(sum(n_docs), 0) FROM corpus_stats")
 
 # Items in the store, and how many it held when the BM25 index's blocks were last merged.
 COMPACT_STATE = sql.SQL(
@@ -113,8 +96,6 @@ BM25_CHECK = sql.SQL(
     "SELECT (SELECT coalesce(sum(length(tsv)), 0) FROM items), "
     "coalesce(sum(cardinality(rowids)), 0), coalesce(sum(n), 0) FROM bm25_blocks")
 VECTOR_CHECKS = tuple((label, sql.SQL(check)) for label, check in records.vector_checks("item_vectors"))
-VECTOR_INDEX_VALID = sql.SQL(
-    "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass({})").format(sql.Literal(ann.INDEX))
 
 
 def create_vector_table(dim: int) -> sql.Composed:
