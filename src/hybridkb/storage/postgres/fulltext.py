@@ -67,7 +67,8 @@ WITH t AS MATERIALIZED (
     SELECT a.ord, numnode(x.q) AS nodes,
            tsvector_to_array(to_tsvector('english', a.term)) AS lexemes,
            CASE WHEN numnode(x.q) > 1 THEN (
-               SELECT count(*) FROM items i WHERE {in_corpora} AND i.tsv @@ x.q) END AS phrase_df
+               SELECT coalesce(array_agg(i.rowid), '{{}}') FROM items i
+               WHERE {in_corpora} AND i.tsv @@ x.q) END AS phrase_rows
     FROM unnest(%s::text[]) WITH ORDINALITY AS a (term, ord)
     CROSS JOIN LATERAL phraseto_tsquery('english', a.term) AS x (q)
     WHERE numnode(x.q) > 0
@@ -84,7 +85,8 @@ WITH t AS MATERIALIZED (
         GROUP BY b.bucket HAVING sum(b.n) > 0
     ) AS c ON true
 )
-SELECT k.ord, t.nodes, k.lexeme, k.bucket, k.n, s.n AS n_docs, s.avgdl, t.phrase_df,
+SELECT k.ord, t.nodes, k.lexeme, k.bucket, k.n, s.n AS n_docs, s.avgdl,
+       CASE WHEN row_number() OVER (PARTITION BY k.ord) = 1 THEN array_send(t.phrase_rows) END,
        pg_relation_filenode('items'::regclass)::bigint AS file
 FROM k JOIN t USING (ord) CROSS JOIN s
 """
@@ -131,6 +133,23 @@ _HEADER = 20  # array_send of a one-dimensional array: ndim, flags, type, length
 # A block's `packed` bytes: array_send of rowids, nt, nb, dl end to end; each element is
 # a 4-byte length and the value (8, 2, 2 and 4 bytes).
 _PACKED = ((8, "i"), (2, "i2"), (2, "i2"), (4, "i4"))
+_STRUCT = {kind: np.dtype([("len", ">i4"), ("v", code)]) for kind, code in _ELEMENT.items()}
+
+
+def _columns(blocks: list[tuple[bytes, int]]) -> tuple[Any, Any, Any, Any]:
+    """Rowids (int64) and nt, nb, dl (float64) of blocks' `packed` bytes ((bytes, n)
+    pairs), end to end: each column read in place and converted in one copy."""
+    columns: list[list[Any]] = [[], [], [], []]
+    for packed, n in blocks:
+        at = 0
+        for column, (width, kind) in zip(columns, _PACKED, strict=True):
+            column.append(np.frombuffer(packed, _STRUCT[kind], count=n, offset=at + _HEADER)["v"])
+            at += _HEADER + n * (4 + width)
+    ids, nt, nb, dl = columns
+    def join(parts: list[Any], dtype: Any) -> Any:
+        return np.concatenate(parts, dtype=dtype, casting="safe")
+
+    return join(ids, np.int64), join(nt, np.float64), join(nb, np.float64), join(dl, np.float64)
 
 
 def _elements(data: bytes, kind: str) -> Any:
@@ -143,6 +162,14 @@ def _elements(data: bytes, kind: str) -> Any:
 def _array(data: bytes | None, kind: str) -> Any:
     """A one-dimensional binary array without NULLs (array_send) as a numpy array."""
     return _elements(data[_HEADER:] if data and len(data) > _HEADER else b"", kind)
+
+
+def _within(values: Any, members: Any) -> Any:
+    """Which of `values` are in the sorted array `members`."""
+    if not len(members):
+        return np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(members, values), len(members) - 1)
+    return members[at] == values
 
 
 def maybe_compact(conn: Connection[Any]) -> None:
@@ -229,11 +256,12 @@ def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit:
     n_docs, avgdl, file = float(rows[0][5]), float(rows[0][6]), rows[0][8]
     by_term: dict[int, dict[str, list[tuple[int, int]]]] = {}
     single: dict[int, bool] = {}
-    phrase_df: dict[int, int] = {}
-    for ord_, nodes, lexeme, bucket, count, _n, _a, pdf, _f in rows:
+    phrase_rows: dict[int, topk.Ints] = {}  # the documents holding each phrase
+    for ord_, nodes, lexeme, bucket, count, _n, _a, members, _f in rows:
         by_term.setdefault(ord_, {}).setdefault(lexeme, [])
         single[ord_] = nodes == 1
-        phrase_df[ord_] = int(pdf or 0)
+        if members is not None:
+            phrase_rows[ord_] = np.sort(_array(members, "i"))
         if bucket is not None:
             by_term[ord_][lexeme].append((int(bucket), int(count)))
     plans: list[topk.TermPlan] = []
@@ -242,7 +270,7 @@ def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit:
         proxy = min(dfs, key=lambda lx: (dfs[lx], lx))
         if dfs[proxy] == 0:
             continue  # no document holds it
-        df = dfs[proxy] if single[ord_] else phrase_df[ord_]
+        df = dfs[proxy] if single[ord_] else len(phrase_rows.get(ord_, ()))
         if df == 0:
             continue
         buckets = np.array([b for b, _ in lexemes[proxy]], dtype=np.int64)
@@ -256,6 +284,7 @@ def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit:
     info = conn.info
     known = ids.table((info.host, info.port, info.dbname, file)) if ids is not None else None
     run = _Run(conn, terms, plans, area, limit, weights, avgdl, excluded_rowids, known)
+    run.members = [None if p.exact else phrase_rows.get(p.ord) for p in plans]
     if early:
         run.exact_top, run.tail = max(1, exact_top or 1), tail
     return run.run()
@@ -312,12 +341,17 @@ class _Run:
         self.exact_top, self.tail = limit, "exact"  # the early stop's (exact_top < limit)
         self.postings = 0  # read so far
         self.scored: dict[int, float] = {}  # rowid -> exact score, scored before the end
+        # Per term, for a phrase, the documents holding it (sorted): its proxy's postings
+        # of other documents are dropped, so only those can be unsure of their phrase part.
+        self.members: list[topk.Ints | None] = [None] * len(plans)
 
     def run(self) -> ScoredIds:
         total = sum(int(p.counts.sum()) for p in self.plans)
         k = self.exact_top
         early = k < self.limit
         one_round = total <= (EARLY_FULL_READ if early else FULL_READ)
+        if one_round and not early:
+            return self._all_read()
         budget = max(FIRST_BUDGET, 8 * k)
         while True:
             self.postings += self._read_all() if one_round else self._read(
@@ -367,6 +401,18 @@ class _Run:
                     ranked = self._finish(docs[cands], lower[cands], known[cands], held[cands],
                                           self.limit, also=docs[pick])
                     return self._fill(ranked, docs[pick], lower[pick])
+
+    def _all_read(self) -> ScoredIds:
+        """Every posting read in one statement: no bound is left to tighten, so each
+        document's sum of weights is its score (a phrase's part a bound, confirmed at the
+        end). Seen.bounds would give the same candidates in several more passes."""
+        self.postings = self._read_all()
+        docs, lower, phrase, held, phrased = self.seen.totals(self.exact)
+        passing, possible = self._passing(docs, lower)
+        theta = topk.threshold(lower, passing, self.limit)
+        cands = possible & ((lower + phrase) * (1 + topk.SLACK) >= theta)
+        return self._finish(docs[cands], lower[cands], ~phrased[cands], held[cands],
+                            self.limit)
 
     def _known_scores(self, docs: topk.Ints, lower: topk.Floats, upper: topk.Floats,
                       known: Any) -> None:
@@ -419,27 +465,24 @@ class _Run:
 
     def _weigh(self, rows: list[Any]) -> int:
         """Weigh the postings of the blocks read ((slot, n, packed) rows); how many."""
-        blocks: dict[int, list[tuple[bytes, ...]]] = {}
-        for slot, n, packed in rows:  # the elements of each array, headers dropped
-            if not n:
-                continue
-            parts, at = [], 0
-            for width, _kind in _PACKED:
-                end = at + _HEADER + n * (4 + width)
-                parts.append(packed[at + _HEADER:end])
-                at = end
-            blocks.setdefault(slot, []).append(tuple(parts))
-        n = 0
+        blocks: dict[int, list[tuple[bytes, int]]] = {}
+        for slot, n, packed in rows:
+            if n:
+                blocks.setdefault(slot, []).append((packed, n))
+        read = 0
         for slot, parts in sorted(blocks.items()):  # terms in order: sums add alike
-            ids, nt, nb, dl = (_elements(b"".join(c), kind) for c, kind in zip(
-                zip(*parts, strict=True), ("i", "i2", "i2", "i4"), strict=True))
-            tf = self.weights[0] * nt.astype(np.float64) + self.weights[1] * nb.astype(np.float64)
+            ids, nt, nb, dl = _columns(parts)
+            read += len(ids)
+            members = self.members[slot]
+            if members is not None:  # a phrase: only the documents that hold it
+                keep = _within(ids, members)
+                ids, nt, nb, dl = ids[keep], nt[keep], nb[keep], dl[keep]
+            tf = self.weights[0] * nt + self.weights[1] * nb
             # In the exact statement's order of operations (sql.py), to the last bit.
             weight = self.plans[slot].idf * tf * (topk.K1 + 1) / (
-                tf + topk.K1 * (1 - topk.B + topk.B * dl.astype(np.float64) / self.avgdl))
+                tf + topk.K1 * (1 - topk.B + topk.B * dl / self.avgdl))
             self.seen.add(slot, ids, weight, self.plans[slot].exact, dl)
-            n += len(ids)
-        return n
+        return read
 
     def _passing(self, docs: topk.Ints, lower: topk.Floats) -> tuple[Any, Any]:
         """Which documents seen pass the filters for sure, and which may: all but the

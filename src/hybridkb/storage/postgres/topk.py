@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 K1 = 1.2
 B = 0.75
-_SLACK = 1e-9  # bounds are compared with this much room for float rounding
+SLACK = 1e-9  # bounds are compared with this much room for float rounding
 
 # Bucket classes (hybridkb_postings in migration 003): the largest count in each class.
 _NT_HI = np.array([0, 1, 2, 3, 7, 256], dtype=np.float64)
@@ -59,13 +59,13 @@ def _tf_hi(buckets: Ints, weights: tuple[float, float]) -> Floats:
 
 def _dl_lo(dl_class: Ints | Floats) -> Floats:
     """The shortest length of each length class (floor(2 log2 dl), migration 003)."""
-    lo: Floats = np.maximum(np.exp2(np.asarray(dl_class) / 2.0) * (1 - _SLACK), 1.0)
+    lo: Floats = np.maximum(np.exp2(np.asarray(dl_class) / 2.0) * (1 - SLACK), 1.0)
     return lo
 
 
 def bucket_bounds(buckets: Ints, weights: tuple[float, float], avgdl: float) -> Floats:
     """The best saturation any posting in each bucket can have."""
-    bound: Floats = saturation(_tf_hi(buckets, weights), _dl_lo(buckets % 128), avgdl) * (1 + _SLACK)
+    bound: Floats = saturation(_tf_hi(buckets, weights), _dl_lo(buckets % 128), avgdl) * (1 + SLACK)
     return bound
 
 
@@ -157,7 +157,7 @@ class Seen:
         # A document has one posting per term at most (one per lexeme), so sums over the
         # postings read count the terms it was seen in (no docs x terms matrix).
         unseen = np.maximum(float(unread.sum()) - per_doc(unread), 0.0)
-        upper: Floats = ((lower + phrase + unseen) * (1 + _SLACK)).astype(np.float64, copy=False)
+        upper: Floats = ((lower + phrase + unseen) * (1 + SLACK)).astype(np.float64, copy=False)
         # Exact: seen in every term that has postings left to read, and in no phrase term
         # (whose weight read is only a bound).
         left = (unread > 0).astype(np.float64)
@@ -165,6 +165,20 @@ class Seen:
         held = per_doc(exact.astype(np.float64)) > 0
         return docs, lower.astype(np.float64), upper, known, held
 
+
+    def totals(self, exact: npt.NDArray[np.bool_]) -> tuple[
+            Ints, Floats, Floats, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+        """(rowids, sums of the exact weights, sums of the phrase bounds, whether seen in
+        a single-lexeme term, whether seen in a phrase term) of every document seen, in
+        one pass: all that a read of every posting needs (bounds() takes several);
+        `exact[slot]` as in bounds()."""
+        if not self.rowids:
+            no = np.zeros(0, dtype=bool)
+            return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), no, no
+        slots = np.concatenate(self.slots)
+        phrases = not exact.all()
+        return _sums(np.concatenate(self.rowids), np.concatenate(self.exact),
+                     np.concatenate(self.bound) if phrases else None, exact[slots])
 
     def where(self, places: Ints) -> tuple[Floats, Floats, npt.NDArray[np.bool_]]:
         """Of the documents at `places` of the last bounds(): the phrase bounds read, the
@@ -200,7 +214,7 @@ def length_unseen_bound(terms: list[TermPlan], weights: tuple[float, float], avg
         return 0.0
     lo = _dl_lo(np.arange(128))
     total = sum(t.idf * saturation(unread_by_length(t, weights), lo, avgdl) for t in terms)
-    return min(float(np.max(total)) * (1 + _SLACK), unseen_bound(terms))
+    return min(float(np.max(total)) * (1 + SLACK), unseen_bound(terms))
 
 
 def length_upper(terms: list[TermPlan], weights: tuple[float, float], avgdl: float,
@@ -214,8 +228,38 @@ def length_upper(terms: list[TermPlan], weights: tuple[float, float], avgdl: flo
     for j, t in enumerate(terms):
         tf = unread_by_length(t, weights)[dl_class]
         upper += np.where(seen[:, j], 0.0, t.idf * saturation(tf, dl, avgdl))
-    out: Floats = upper * (1 + _SLACK)
+    out: Floats = upper * (1 + SLACK)
     return out
+
+
+def _sums(rowids: Ints, weights: Floats, bounds: Floats | None, exact: npt.NDArray[np.bool_]
+          ) -> tuple[Ints, Floats, Floats, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """The distinct rowids ascending; per rowid the sums of `weights` and of `bounds`
+    (zeros when None), each summed in the order given (as np.bincount over _distinct's
+    places), and whether it has a posting marked `exact`, and one not. Dense rowids are
+    summed in a table of their range, without telling the distinct ones apart first."""
+    low, high = int(rowids.min()), int(rowids.max())
+    dense = low >= 0 and high - low <= 4 * len(rowids) + 65_536
+    if dense:
+        at, size = rowids - low, high - low + 1
+    else:
+        docs, at = _distinct(rowids)
+        size = len(docs)
+    lower: Floats = np.bincount(at, weights=weights, minlength=size).astype(np.float64, copy=False)
+    held = np.zeros(size, dtype=bool)
+    held[at[exact]] = True
+    phrased = np.zeros(size, dtype=bool)
+    phrase: Floats = np.zeros(size)
+    if bounds is not None:
+        phrased[at[~exact]] = True
+        phrase = np.bincount(at, weights=bounds, minlength=size).astype(np.float64, copy=False)
+    if dense:
+        places = np.flatnonzero(held | phrased)
+        docs = places + low
+    else:
+        places = np.arange(size)
+    return (docs.astype(np.int64, copy=False), lower[places], phrase[places], held[places],
+            phrased[places])
 
 
 def _distinct(rowids: Ints) -> tuple[Ints, Ints]:
