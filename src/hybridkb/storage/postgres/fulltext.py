@@ -41,7 +41,11 @@ FIRST_BUDGET = 4000  # postings read in the first round (at least 8 per wanted r
 # A query whose terms hold at most this many postings reads them all in one round: at the
 # depth a search asks (300), the rounds below read every posting anyway (100,000 items,
 # the benchmark's queries), one statement and one pass of the bounds at a time.
-FULL_READ = 250_000
+FULL_READ = 10**9
+# A read of every posting goes in up to this many statements of at least PART_MIN
+# postings each, the client weighing one while the server reads the next.
+READ_PARTS = 4
+PART_MIN = 50_000
 _CHECK_CHUNK = 4  # documents checked against the filters: this many times k at first
 MAX_UNSURE = 64  # candidates left to score one by one before the reads stop
 # Early stop only: when more are left, up to this many of the likeliest (best upper
@@ -162,6 +166,21 @@ def _elements(data: bytes, kind: str) -> Any:
 def _array(data: bytes | None, kind: str) -> Any:
     """A one-dimensional binary array without NULLs (array_send) as a numpy array."""
     return _elements(data[_HEADER:] if data and len(data) > _HEADER else b"", kind)
+
+
+def _parts(sizes: list[int], most: int, least: int) -> list[list[int]]:
+    """The indexes of `sizes` in at most `most` runs of consecutive ones, each (but the
+    last) about an equal share and at least `least` of their sum."""
+    total = sum(sizes)
+    count = max(1, min(most, total // max(least, 1)))
+    parts: list[list[int]] = [[]]
+    done = 0
+    for i, size in enumerate(sizes):
+        if parts[-1] and done >= total * len(parts) / count and len(parts) < count:
+            parts.append([])
+        parts[-1].append(i)
+        done += size
+    return [part for part in parts if part]
 
 
 def _within(values: Any, members: Any) -> Any:
@@ -448,11 +467,19 @@ class _Run:
         return [*top, *rest][: self.limit]
 
     def _read_all(self) -> int:
+        """Read every block of the terms. The terms go in READ_PARTS statements of about
+        equal postings, sent at once (a pipeline): each part is weighed as it arrives
+        while the server reads and sends the next."""
         for p in self.plans:
             p.read = len(p.buckets)
-        return self._weigh(self.conn.cursor(binary=True).execute(self.read_all_sql, [
-            [p.lexeme for p in self.plans], list(range(len(self.plans))),
-            *self.read_params]).fetchall())
+        parts = _parts([int(p.counts.sum()) for p in self.plans], READ_PARTS, PART_MIN)
+        read = 0
+        with self.conn.pipeline():
+            cursors = [self.conn.cursor(binary=True).execute(self.read_all_sql, [
+                [self.plans[i].lexeme for i in part], part, *self.read_params]) for part in parts]
+            for cursor in cursors:
+                read += self._weigh(cursor.fetchall())
+        return read
 
     def _read(self, reads: list[tuple[topk.TermPlan, int]]) -> int:
         if not reads:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -123,10 +124,21 @@ class Seen:
     exact: list[Floats] = field(default_factory=list)  # weight, for exact terms
     bound: list[Floats] = field(default_factory=list)  # weight bound, for phrase terms
 
+    keys: list[int] = field(default_factory=list)  # the slot of each part added
+
     # Of the last bounds(): each posting's document and slot, each document's phrase bounds.
     last: tuple[Ints, Ints, Floats] | None = None
 
+    def _cat(self, parts: list[Any]) -> Any:
+        """The parts end to end, term by term (so sums per document add in one order,
+        that of the exact statement, however the reads interleaved the terms)."""
+        order = sorted(range(len(parts)), key=self.keys.__getitem__)
+        return np.concatenate([parts[i] for i in order])
+
     def add(self, slot: int, rowids: Ints, weight: Floats, exact: bool, dl: Ints) -> None:
+        """Postings read for the term in `slot`, in the order read (a term's may come in
+        several parts, interleaved with other terms')."""
+        self.keys.append(slot)
         self.rowids.append(rowids)
         self.lengths.append(dl)
         self.slots.append(np.full(len(rowids), slot, dtype=np.int64))
@@ -142,11 +154,11 @@ class Seen:
         if not self.rowids:
             empty, no = np.zeros(0), np.zeros(0, dtype=bool)
             return np.zeros(0, dtype=np.int64), empty, empty, no, no
-        rowids = np.concatenate(self.rowids)
+        rowids = self._cat(self.rowids)
         docs, at = _distinct(rowids)
-        slots = np.concatenate(self.slots)
-        lower = np.bincount(at, weights=np.concatenate(self.exact), minlength=len(docs))
-        phrase = np.bincount(at, weights=np.concatenate(self.bound), minlength=len(docs))
+        slots = self._cat(self.slots)
+        lower = np.bincount(at, weights=self._cat(self.exact), minlength=len(docs))
+        phrase = np.bincount(at, weights=self._cat(self.bound), minlength=len(docs))
         self.last = at, slots, phrase.astype(np.float64, copy=False)
 
         def per_doc(per_slot: Floats) -> Floats:  # summed over the terms each doc was seen in
@@ -175,10 +187,10 @@ class Seen:
         if not self.rowids:
             no = np.zeros(0, dtype=bool)
             return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), no, no
-        slots = np.concatenate(self.slots)
-        phrases = not exact.all()
-        return _sums(np.concatenate(self.rowids), np.concatenate(self.exact),
-                     np.concatenate(self.bound) if phrases else None, exact[slots])
+        if exact.all():  # no phrase term
+            return _sums(self._cat(self.rowids), self._cat(self.exact), None, None)
+        return _sums(self._cat(self.rowids), self._cat(self.exact), self._cat(self.bound),
+                     exact[self._cat(self.slots)])
 
     def where(self, places: Ints) -> tuple[Floats, Floats, npt.NDArray[np.bool_]]:
         """Of the documents at `places` of the last bounds(): the phrase bounds read, the
@@ -190,7 +202,7 @@ class Seen:
         mine = pos[at]
         sel = mine >= 0
         dl = np.ones(len(places))
-        dl[mine[sel]] = np.concatenate(self.lengths)[sel]
+        dl[mine[sel]] = self._cat(self.lengths)[sel]
         seen = np.zeros((len(places), self.n_terms), dtype=bool)
         seen[mine[sel], slots[sel]] = True
         return phrase[places], dl, seen
@@ -232,12 +244,14 @@ def length_upper(terms: list[TermPlan], weights: tuple[float, float], avgdl: flo
     return out
 
 
-def _sums(rowids: Ints, weights: Floats, bounds: Floats | None, exact: npt.NDArray[np.bool_]
+def _sums(rowids: Ints, weights: Floats, bounds: Floats | None,
+          exact: npt.NDArray[np.bool_] | None,
           ) -> tuple[Ints, Floats, Floats, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
     """The distinct rowids ascending; per rowid the sums of `weights` and of `bounds`
     (zeros when None), each summed in the order given (as np.bincount over _distinct's
-    places), and whether it has a posting marked `exact`, and one not. Dense rowids are
-    summed in a table of their range, without telling the distinct ones apart first."""
+    places), and whether it has a posting marked `exact`, and one not (None: all are).
+    Dense rowids are summed in a table of their range, without telling the distinct ones
+    apart first."""
     low, high = int(rowids.min()), int(rowids.max())
     dense = low >= 0 and high - low <= 4 * len(rowids) + 65_536
     if dense:
@@ -247,19 +261,20 @@ def _sums(rowids: Ints, weights: Floats, bounds: Floats | None, exact: npt.NDArr
         size = len(docs)
     lower: Floats = np.bincount(at, weights=weights, minlength=size).astype(np.float64, copy=False)
     held = np.zeros(size, dtype=bool)
-    held[at[exact]] = True
     phrased = np.zeros(size, dtype=bool)
     phrase: Floats = np.zeros(size)
-    if bounds is not None:
-        phrased[at[~exact]] = True
-        phrase = np.bincount(at, weights=bounds, minlength=size).astype(np.float64, copy=False)
-    if dense:
-        places = np.flatnonzero(held | phrased)
-        docs = places + low
+    if exact is None:
+        held[at] = True
     else:
-        places = np.arange(size)
-    return (docs.astype(np.int64, copy=False), lower[places], phrase[places], held[places],
-            phrased[places])
+        held[at[exact]] = True
+        phrased[at[~exact]] = True
+    if bounds is not None:
+        phrase = np.bincount(at, weights=bounds, minlength=size).astype(np.float64, copy=False)
+    if not dense:
+        return docs, lower, phrase, held, phrased
+    places = np.flatnonzero(held | phrased if exact is not None else held)
+    return (places + low).astype(np.int64, copy=False), lower[places], phrase[places], \
+        held[places], phrased[places]
 
 
 def _distinct(rowids: Ints) -> tuple[Ints, Ints]:
