@@ -81,7 +81,7 @@ def layer(name: str) -> str:
         return "embedding"
     if top == "pipeline":
         return "pipeline"
-    if top in ("store", "allocator"):
+    if top == "store":
         return "core"
     if top in FACE_MODULES or top in FACE_PACKAGES:
         return "face"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import allocator, validation
+from . import validation
 from .embedding import Embedder, HashingEmbedder, MiniLMEmbedder, get_embedder
 from .errors import (
     BackendUnavailableError,
@@ -67,7 +67,6 @@ def open(
     the vectors to `kb.embed_pending()` (see `KnowledgeBase.embed_mode`).
     """
     location = validation.check_target(target)
-    allocator.keep_freed_memory()
     model = get_embedder(embedder)
     if validation.is_postgres_target(location):
         from .storage.postgres.backend import open_postgres
