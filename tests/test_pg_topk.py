@@ -67,15 +67,17 @@ def _same(fast: KnowledgeBase, exact: KnowledgeBase, area: SearchArea, queries: 
     return nonempty
 
 
-@pytest.mark.parametrize("full_read", [True, False], ids=["one-round", "rounds"])
+@pytest.mark.parametrize("read", ["one-round", "rounds", "parts"])
 def test_topk_equals_scoring_every_match(stores: tuple[KnowledgeBase, KnowledgeBase],
-                                         pg_url: str, full_read: bool,
+                                         pg_url: str, read: str,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     from hybridkb.storage.postgres import fulltext
 
-    if not full_read:  # bounded rounds, as queries whose terms hold many postings take
+    if read == "rounds":  # bounded rounds, as queries whose terms hold very many postings take
         monkeypatch.setattr(fulltext, "FULL_READ", 0)
         monkeypatch.setattr(fulltext, "FIRST_BUDGET", 200)
+    if read == "parts":  # one round in several pipelined statements, as large queries read
+        monkeypatch.setattr(fulltext, "PART_MIN", 1)
     fast, exact = stores
     fast.add_many(_items(1, 1500), batch_size=500)
     fast.add_many(_items(2, 300, corpus="d"), batch_size=100)
@@ -226,6 +228,48 @@ def test_seen_bounds_match_a_per_term_reckoning() -> None:
             assert known[i] == (all(s in slots or unread[s] == 0 for s in range(n_terms))
                                 and all(exact[s] for s in slots))
             assert held[i] == any(exact[s] for s in slots)
+
+
+def test_totals_equal_the_bounds_of_a_full_read() -> None:
+    """Seen.totals (one pass, for a read of every posting) gives what Seen.bounds gives
+    with nothing left unread: the same documents, sums, phrase bounds and flags, parts of
+    a term added in any interleaving, dense and sparse rowids."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    for case in range(30):
+        n_terms = int(rng.integers(1, 6))
+        exact = rng.random(n_terms) < (0.6 if case % 2 else 1.0)
+        span = 10**12 if case % 3 == 0 else 200
+        parts = []
+        for slot in range(n_terms):
+            docs = rng.choice(span, int(rng.integers(0, 60)), replace=False).astype(np.int64) + 1
+            for piece in np.array_split(docs, int(rng.integers(1, 4))):
+                parts.append((slot, piece, rng.random(len(piece)) * 5))
+        order = rng.permutation(len(parts))
+        seen, ordered = topk.Seen(n_terms), topk.Seen(n_terms)
+        for i in order:  # interleaved, as pipelined parts arrive
+            slot, docs, w = parts[i]
+            seen.add(slot, docs, w, bool(exact[slot]), np.ones(len(docs), dtype=np.int64))
+        for slot, docs, w in parts:  # term by term
+            ordered.add(slot, docs, w, bool(exact[slot]), np.ones(len(docs), dtype=np.int64))
+        docs, lower, phrase, held, phrased = seen.totals(exact)
+        want_docs, want_lower, upper, known, want_held = ordered.bounds(np.zeros(n_terms), exact)
+        assert docs.tolist() == want_docs.tolist()
+        assert lower.tolist() == want_lower.tolist()  # to the last bit: same order of sums
+        assert (lower + phrase) * (1 + topk.SLACK) == pytest.approx(upper, rel=1e-15)
+        assert held.tolist() == want_held.tolist() and (~phrased).tolist() == known.tolist()
+
+
+def test_reads_split_into_parts_of_about_equal_postings() -> None:
+    from hybridkb.storage.postgres.fulltext import _parts
+
+    assert _parts([10, 20], 4, 50_000) == [[0, 1]]  # too few postings to split
+    assert _parts([100_000] * 8, 4, 50_000) == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert _parts([300_000], 4, 50_000) == [[0]]
+    parts = _parts([5, 90_000, 10, 70_000, 40_000, 3], 4, 50_000)
+    assert [i for part in parts for i in part] == list(range(6)) and len(parts) <= 4
+    assert all(part for part in parts)
 
 
 def test_distinct_rowids_match_numpy_unique() -> None:
