@@ -4,14 +4,15 @@ A query costs a handful of round trips: one for the terms, their buckets, the co
 statistics and the documents holding each phrase, pipelined with the items no search may
 return (expired, stale); one per round of bucket reads (one round, in pipelined parts,
 reads every posting when the terms hold at most FULL_READ: at a search's depth of 300 the
-bounds would not stop the reading earlier); one to score the last candidates exactly (their phrases, when every one-word
-term has been read to the end); one for the ids of the best hits (or the documents near
-the top, checked against a filter), none when IdCache holds them all. Scores equal
-sql.text_search's (same statistics: N, average length and df of the corpora searched), so
-the two paths are interchangeable (with `exact_top`, for the best `exact_top`: the ranks
-below come from the documents read, never above their scores); sql.py's one statement
-remains the path for filters that keep few rows (the index would read many postings of
-documents the filter then drops) and for queries made only of phrases.
+bounds would not stop the reading earlier); one to score the last candidates exactly
+(their phrases, when every one-word term has been read to the end); one for the ids of
+the best hits (or the documents near the top, checked against a filter), none when
+IdCache holds them all. Scores equal sql.text_search's (same statistics: N, average length
+and df of the corpora searched), so the two paths are interchangeable (with `exact_top`,
+for the best `exact_top`: the ranks below come from the documents read, never above their
+scores); sql.py's one statement remains the path for filters that keep few rows (the index
+would read many postings of documents the filter then drops) and for queries made only of
+phrases.
 """
 
 from __future__ import annotations
