@@ -500,7 +500,7 @@ class _Run:
             if n:
                 blocks.setdefault(slot, []).append((packed, n))
         read = 0
-        for slot, parts in sorted(blocks.items()):  # terms in order: sums add alike
+        for slot, parts in blocks.items():  # Seen sums them in term order, whatever this one
             ids, nt, nb, dl = _columns(parts)
             read += len(ids)
             members = self.members[slot]
