@@ -191,7 +191,8 @@ def run_size(options: Options, data: BenchData, model: Embedder, n: int, log: Lo
         out["latency"], floor = _latency(options, kb, embedder, data, bm25, exact, fts5, ids)
         if options.whatif:
             log("what-if: faster dedup, in-memory BM25")
-            out["whatif"] = whatif.measure(kb, data.queries, floor, whatif.MemoryBM25(ids, bm25),
+            memory = whatif.MemoryBM25(_rowids(kb.backend._conn, ids), bm25)  # SQLite's keys
+            out["whatif"] = whatif.measure(kb, data.queries, floor, memory,
                                            limit=options.limit, warmup=options.warmup)
             out["whatif"]["vector_binary_prefilter"] = whatif.binary_prefilter(
                 vectors, data.query_vectors, exact, k=options.limit)
@@ -310,7 +311,7 @@ def _latency(options: Options, kb: hybridkb.KnowledgeBase, embedder: BenchEmbedd
         out["vector"] = (t, len(r.hits))
         # recall of the index itself (the pipeline's collapse of near-duplicates aside)
         raw = backend.vector_search(qv, area, limit)
-        recall.append(len({index_of[rowid_of[h]] for h, _ in raw} & set(want)) / max(1, len(want)))
+        recall.append(len({index_of[h] for h, _ in raw} & set(want)) / max(1, len(want)))  # keys: rowids
         r, t = clock(kb.search, text, mode="fts", limit=limit)
         out["fts"] = (t, len(r.hits))
         r, t = clock(kb.search, text, limit=limit)

@@ -84,7 +84,7 @@ def stage_breakdown(kb: KnowledgeBase, queries: Sequence[str], *, mode: str = "h
     backend = kb.backend
     totals: list[float] = []
     with ExitStack() as stack:
-        for name, attr in (("corpora", "corpora"), ("fts", "text_search"), ("fetch", "get"),
+        for name, attr in (("corpora", "corpora"), ("fts", "text_search"), ("fetch", "items_by_key"),
                            ("meta", "get_meta")):
             stack.enter_context(patched(backend, attr, rec.wrap(name, getattr(backend, attr))))
         stack.enter_context(patched(backend, "vector_search",

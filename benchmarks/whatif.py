@@ -36,15 +36,16 @@ def _tokens(text: str) -> frozenset[str]:
 
 class MemoryBM25:
     """text_search from an in-memory bm25s index over the store's items (one corpus,
-    no filters: what the benchmark searches). `index` covers `ids`, in order."""
+    no filters: what the benchmark searches). `index` covers the items `keys` name (the
+    store's keys for them: SQLite's rowids), in order."""
 
-    def __init__(self, ids: Sequence[str], index: BM25Baseline) -> None:
-        self.ids = list(ids)
+    def __init__(self, keys: Sequence[int | str], index: BM25Baseline) -> None:
+        self.keys = list(keys)
         self.index = index
 
-    def text_search(self, query: Any, scope: Any, limit: int) -> list[tuple[str, float]]:
+    def text_search(self, query: Any, scope: Any, limit: int) -> list[tuple[int | str, float]]:
         words = " ".join(query.words)
-        return [(self.ids[i], 1.0 / (1 + r)) for r, i in enumerate(self.index.search(words, limit))]
+        return [(self.keys[i], 1.0 / (1 + r)) for r, i in enumerate(self.index.search(words, limit))]
 
 
 def measure(kb: KnowledgeBase, queries: Sequence[str], baseline_seconds: Sequence[float],

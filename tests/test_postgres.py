@@ -21,6 +21,7 @@ import kb_worker
 import numpy as np
 import psycopg
 import pytest
+from named import named
 
 import hybridkb
 from hybridkb import BackendUnavailableError, HashingEmbedder, KnowledgeBase
@@ -103,7 +104,7 @@ def test_vector_results_identical_on_a_small_set(pair: tuple[KnowledgeBase, Know
         query = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 5)))
         vec = HashingEmbedder(64).embed_query(query)
         for filters in ({}, {"kind": "lesson"}, {"metadata": {"n": [1, 2]}}):
-            a, b = (kb.backend.vector_search(vec, scope(**filters), 25) for kb in pair)
+            a, b = (named(kb.backend, kb.backend.vector_search(vec, scope(**filters), 25)) for kb in pair)
             assert_same_ranking(a, b)
 
 
@@ -117,7 +118,7 @@ def test_substring_and_filter_results_identical(pair: tuple[KnowledgeBase, Knowl
         filters = {"metadata": {"x": value}}
         a, b = (sorted(kb.search("word", mode="fts", filters=filters).ids) for kb in pair)
         assert a == b, value
-    a, b = (kb.backend.substring_search(["figura", "wor"], scope(), 50) for kb in pair)
+    a, b = (named(kb.backend, kb.backend.substring_search(["figura", "wor"], scope(), 50)) for kb in pair)
     assert a == b and len(a) == len(values)
 
 

@@ -62,7 +62,8 @@ def test_the_vector_mask_follows_the_clock(tmp_path: Path) -> None:
 
     def ids(at: float) -> set[str]:
         area = SearchArea(corpora=("default",), filters=Filters(), now=at)
-        return {i for i, _ in backend.vector_search(query, area, 10)}
+        keys = [k for k, _ in backend.vector_search(query, area, 10)]  # rowids
+        return {item.id for item in backend.items_by_key(keys).values()}
 
     backend._vectors.build_now(backend.vector_dim())  # both rows in the base: masks apply
     assert ids(now) == {"keeps", "expires"}
@@ -107,21 +108,6 @@ def test_fuse_with_best_top_is_the_head_of_the_whole_fusion() -> None:
             assert len(head) >= min(top, len(whole))
             if len(head) < len(whole):  # cut only where the scores step down
                 assert whole[len(head)][1] < head[-1][1]
-
-
-def test_a_full_id_map_starts_over_without_losing_hits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Past its bound the rowid -> id map starts over; the rowids it held must still map
-    # (before, they were read as deleted items and dropped from the list).
-    from hybridkb.storage.sqlite import reads
-
-    kb = open_kb(tmp_path / "kb.db")
-    kb.add_many([{"id": f"n{i}", "text": f"heron note {i}"} for i in range(6)])
-    assert len(kb.search("heron", mode="fts").hits) == 6  # the map now holds all six
-    kb.add_many([{"id": f"m{i}", "text": f"heron marsh {i}"} for i in range(3)])
-    monkeypatch.setattr(reads, "_PAIRS_MAX", 8)  # six held + three new > 8: starts over
-    assert {h.id for h in kb.search("heron", mode="fts", limit=20).hits} == (
-        {f"n{i}" for i in range(6)} | {f"m{i}" for i in range(3)})
-    kb.close()
 
 
 def test_another_processes_index_commit_is_seen_by_the_next_search(tmp_path: Path) -> None:

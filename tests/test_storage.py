@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from named import named
 
 from hybridkb import Filters, Item, KnowledgeBase
 from hybridkb.model import StoredItem
@@ -40,14 +41,14 @@ def test_retrievals_look_only_in_the_area(kb: KnowledgeBase, corpora: tuple[str,
     _fill(kb)
     backend = kb.backend
     area = _area(corpora)
-    text = backend.text_search(parse_query("river"), area, 50)
+    text = named(backend, backend.text_search(parse_query("river"), area, 50))
     assert {i for i, _ in text} == expected
     assert all(s > 0 for _, s in text)
-    substring = backend.substring_search(["river"], area, 50)
+    substring = named(backend, backend.substring_search(["river"], area, 50))
     assert {i for i, _ in substring} == expected
     query = kb.embedder.embed_query("river") if kb.embedder else None
     assert query is not None
-    vector_ids = {i for i, _ in backend.vector_search(query, area, 50)}
+    vector_ids = {i for i, _ in named(backend, backend.vector_search(query, area, 50))}
     in_area = {i for c, docs in DOCS.items() if corpora is None or c in corpora for i, _ in docs}
     assert vector_ids == in_area  # every item has a vector; KNN ranks all of them
 
@@ -55,14 +56,15 @@ def test_retrievals_look_only_in_the_area(kb: KnowledgeBase, corpora: tuple[str,
 def test_area_combines_with_filters(kb: KnowledgeBase) -> None:
     _fill(kb)
     area = _area(("a", "b", "c"), kinds=("note",))
-    assert {i for i, _ in kb.backend.text_search(parse_query("river"), area, 50)} == {"a1", "b1", "c1"}
-    assert {i for i, _ in kb.backend.substring_search(["stone"], area, 50)} == {"a1"}
+    assert {i for i, _ in named(kb.backend, kb.backend.text_search(parse_query("river"), area, 50))} == {
+        "a1", "b1", "c1"}
+    assert {i for i, _ in named(kb.backend, kb.backend.substring_search(["stone"], area, 50))} == {"a1"}
 
 
 def test_one_corpus_area_ranks_as_before(kb: KnowledgeBase) -> None:
     """A one-corpus tuple is the old per-corpus retrieval: scores equal those of kb.search."""
     _fill(kb)
-    hits = kb.backend.text_search(parse_query("river"), _area(("c",)), 10)
+    hits = named(kb.backend, kb.backend.text_search(parse_query("river"), _area(("c",)), 10))
     result = kb.search("river", corpora=["c"], mode="fts")
     assert [i for i, _ in hits] == result.ids == ["c1"]
     assert result.hits[0].retrievers["fts"].score == pytest.approx(hits[0][1])

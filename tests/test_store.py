@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+from named import named
 
 import hybridkb
 from hybridkb import (
@@ -206,7 +207,7 @@ def test_caller_vector_is_used(kb: KnowledgeBase) -> None:
     vec[3] = 1.0
     kb.add("anything", id="v", vector=vec)
     kb.add("other", id="w")
-    query_hits = kb.backend.vector_search(vec, _scope(kb), 5)
+    query_hits = named(kb.backend, kb.backend.vector_search(vec, _scope(kb), 5))
     assert query_hits[0][0] == "v" and query_hits[0][1] == pytest.approx(1.0)
 
 

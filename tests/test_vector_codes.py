@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from named import named
 
 import hybridkb
 from hybridkb import HashingEmbedder, KnowledgeBase
@@ -123,7 +124,7 @@ def open_kb(path: Path, **options: object) -> KnowledgeBase:
 def vsearch(kb: KnowledgeBase, q: np.ndarray, k: int = 10, corpora: list[str] | None = None
             ) -> list[tuple[str, float]]:
     area = SearchArea(tuple(corpora) if corpora else None, parse_filters(None), now_ts())
-    return kb.backend.vector_search(q, area, k)
+    return named(kb.backend, kb.backend.vector_search(q, area, k))
 
 
 def test_a_store_on_codes_holds_recall_with_exact_scores_and_filters(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from named import named
 
 import hybridkb
 from hybridkb import HashingEmbedder, KnowledgeBase
@@ -50,7 +51,7 @@ def brute(kb: KnowledgeBase, q: np.ndarray, k: int, allowed: set[str] | None = N
 def vsearch(kb: KnowledgeBase, q: np.ndarray, k: int = 10, *, filters: dict[str, object] | None = None,
             corpora: list[str] | None = None) -> list[str]:
     area = SearchArea(tuple(corpora) if corpora else None, parse_filters(filters), now_ts())
-    return [i for i, _ in kb.backend.vector_search(q, area, k)]
+    return [i for i, _ in named(kb.backend, kb.backend.vector_search(q, area, k))]
 
 
 @pytest.fixture
@@ -119,7 +120,7 @@ def test_graph_answers_carry_exact_scores_and_the_breadth_grows_with_the_base(db
     m = fill(kb, 2000)
     area = SearchArea(None, parse_filters(None), now_ts())
     for q in unit_rows(10, 13):
-        for item_id, score in kb.backend.vector_search(q, area, 10):
+        for item_id, score in named(kb.backend, kb.backend.vector_search(q, area, 10)):
             assert score == pytest.approx(float(m[int(item_id[1:])] @ q), abs=1e-6)  # f16: ~1e-3
     base, _ = kb.backend._vectors.view(DIM)
     assert base is not None and base.graph_ok and base.recall is not None and base.recall >= 0.95
@@ -240,7 +241,7 @@ def test_a_process_exiting_during_a_background_graph_build_exits_cleanly(tmp_pat
         m /= np.linalg.norm(m, axis=1, keepdims=True)
         area = SearchArea(None, parse_filters(None), now_ts())
         for row in (7, 12_345, 39_999):  # a stored vector finds itself through any first pass
-            assert kb.backend.vector_search(m[row], area, 1)[0][0] == f"v{row}"
+            assert named(kb.backend, kb.backend.vector_search(m[row], area, 1))[0][0] == f"v{row}"
         report = kb.check()
         assert report["ok"], report["problems"]
     finally:

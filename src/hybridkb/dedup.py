@@ -20,6 +20,8 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from .model import Key
+
 # 1.0: only true duplicates (the same set of words) collapse by default. Near copies with
 # a few words changed are often different answers (a revised figure, a counter-argument):
 # measured on the --near-duplicates dev sets, Jaccard 0.9 cost recall (docs/benchmarks.md).
@@ -60,10 +62,10 @@ def _prefix_length(size: int, threshold: float) -> int:
 
 
 def collapse(
-    ranked: Sequence[tuple[str, str]], threshold: float = DEFAULT_THRESHOLD,
-    *, scores: Mapping[str, float] | None = None, max_gap: float = DEFAULT_MAX_GAP,
-    token_sets: dict[str, frozenset[str]] | None = None, prints: Mapping[str, int | None] | None = None,
-) -> tuple[list[str], dict[str, list[str]]]:
+    ranked: Sequence[tuple[Key, str]], threshold: float = DEFAULT_THRESHOLD,
+    *, scores: Mapping[Key, float] | None = None, max_gap: float = DEFAULT_MAX_GAP,
+    token_sets: dict[Key, frozenset[str]] | None = None, prints: Mapping[Key, int | None] | None = None,
+) -> tuple[list[Key], dict[Key, list[Key]]]:
     """Collapse near-duplicates in a best-first list of (id, text).
 
     With `scores` (each id's score on a 0-1 scale, e.g. its share of the list's best), a
@@ -78,7 +80,7 @@ def collapse(
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"dedup threshold must be in (0, 1], got {threshold}")
     memo = token_sets if token_sets is not None else {}
-    firsts: dict[str, str] = {}
+    firsts: dict[Key, str] = {}
     for doc_id, text in ranked:
         firsts.setdefault(doc_id, text)  # the first (best) place of each id, in order
     unique = list(firsts.items())
@@ -86,7 +88,7 @@ def collapse(
         return _collapse_identical(unique, memo, prints or {})
     docs = [(doc_id, _memo_tokens(memo, doc_id, text)) for doc_id, text in unique]
 
-    def close(survivor: str, doc: str) -> bool:
+    def close(survivor: Key, doc: Key) -> bool:
         return scores is None or scores.get(survivor, 0.0) - scores.get(doc, 0.0) <= max_gap
 
     if len(docs) <= _ALL_PAIRS_UP_TO:
@@ -95,9 +97,9 @@ def collapse(
     # One global rare-first order; each token's place is a single dict lookup.
     place = {tok: i for i, tok in enumerate(sorted(freq, key=lambda t: (freq[t], t)))}
 
-    kept: list[str] = []
+    kept: list[Key] = []
     kept_sets: list[frozenset[str]] = []
-    absorbed: dict[str, list[str]] = {}
+    absorbed: dict[Key, list[Key]] = {}
     prefix_index: dict[str, list[int]] = {}
     empty_kept: int | None = None
     for doc_id, toks in docs:
@@ -130,11 +132,11 @@ def _same(a: frozenset[str], b: frozenset[str], threshold: float) -> bool:
 
 
 def _collapse_all_pairs(
-    docs: list[tuple[str, frozenset[str]]], threshold: float, close: Callable[[str, str], bool],
-) -> tuple[list[str], dict[str, list[str]]]:
+    docs: list[tuple[Key, frozenset[str]]], threshold: float, close: Callable[[Key, Key], bool],
+) -> tuple[list[Key], dict[Key, list[Key]]]:
     """Short lists: compare each doc with every kept one whose size could qualify."""
-    kept: list[tuple[str, frozenset[str]]] = []
-    absorbed: dict[str, list[str]] = {}
+    kept: list[tuple[Key, frozenset[str]]] = []
+    absorbed: dict[Key, list[Key]] = {}
     for doc_id, toks in docs:
         match = next((kid for kid, other in kept
                       if _same(toks, other, threshold) and (toks == other or close(kid, doc_id))),
@@ -146,7 +148,7 @@ def _collapse_all_pairs(
     return [d for d, _ in kept], absorbed
 
 
-def _memo_tokens(memo: dict[str, frozenset[str]], doc_id: str, text: str) -> frozenset[str]:
+def _memo_tokens(memo: dict[Key, frozenset[str]], doc_id: Key, text: str) -> frozenset[str]:
     toks = memo.get(doc_id)
     if toks is None:
         toks = memo[doc_id] = _recent_tokens(text)
@@ -202,13 +204,13 @@ def word_set_fingerprint(text: str) -> int:
 
 
 def _collapse_identical(
-    docs: list[tuple[str, str]], memo: dict[str, frozenset[str]], prints: Mapping[str, int | None],
-) -> tuple[list[str], dict[str, list[str]]]:
+    docs: list[tuple[Key, str]], memo: dict[Key, frozenset[str]], prints: Mapping[Key, int | None],
+) -> tuple[list[Key], dict[Key, list[Key]]]:
     """Threshold 1.0: equal token sets, found by their prints (stored, or computed when
     not seen lately); texts are tokenized only to confirm a match."""
-    first: dict[int, list[tuple[str, str]]] = {}
-    kept: list[str] = []
-    absorbed: dict[str, list[str]] = {}
+    first: dict[int, list[tuple[Key, str]]] = {}
+    kept: list[Key] = []
+    absorbed: dict[Key, list[Key]] = {}
     for doc_id, text in docs:
         stored = prints.get(doc_id)
         same_print = first.setdefault(word_set_fingerprint(text) if stored is None else stored, [])
@@ -226,8 +228,8 @@ def _collapse_identical(
 
 
 def collapse_by_vectors(
-    ranked_ids: Sequence[str], vectors: dict[str, npt.NDArray[np.float32]], threshold: float,
-) -> tuple[list[str], dict[str, list[str]]]:
+    ranked_ids: Sequence[Key], vectors: dict[Key, npt.NDArray[np.float32]], threshold: float,
+) -> tuple[list[Key], dict[Key, list[Key]]]:
     """Collapse a best-first list by cosine similarity of stored (unit) vectors.
 
     Items without a vector are kept as they are. One matrix product covers every
@@ -241,9 +243,9 @@ def collapse_by_vectors(
     matrix = np.vstack([vectors[d] for d in with_vec])
     sims = np.einsum("ik,jk->ij", matrix, matrix)  # on this thread: not OpenBLAS's pool (vector_math)
     position = {d: i for i, d in enumerate(with_vec)}
-    kept: list[str] = []
+    kept: list[Key] = []
     kept_rows: list[int] = []
-    absorbed: dict[str, list[str]] = {}
+    absorbed: dict[Key, list[Key]] = {}
     for doc in dict.fromkeys(ranked_ids):
         row = position.get(doc)
         if row is not None and kept_rows:

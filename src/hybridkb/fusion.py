@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from .errors import InvalidInputError
+from .model import Key
 
 RRF_K = 60  # Cormack, Clarke & Büttcher (2009): k = 60, ranks 1-based.
 
@@ -23,9 +24,9 @@ DEFAULT_WEIGHTS = (0.6, 0.4)
 MERGES = ("relevance", "rrf")
 DEFAULT_MERGE = "relevance"
 
-Ranked = Sequence[str]
-Scored = Sequence[tuple[str, float]]
-Fused = list[tuple[str, float]]
+Ranked = Sequence[Key]
+Scored = Sequence[tuple[Key, float]]
+Fused = list[tuple[Key, float]]
 
 
 def _check_weights(n_lists: int, weights: Sequence[float] | None) -> list[float]:
@@ -39,7 +40,7 @@ def _check_weights(n_lists: int, weights: Sequence[float] | None) -> list[float]
     return out
 
 
-def _sorted(scores: dict[str, float]) -> Fused:
+def _sorted(scores: dict[Key, float]) -> Fused:
     """Descending score, ties broken by id so pages are stable."""
     return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
 
@@ -49,9 +50,9 @@ def rrf(lists: Sequence[Ranked], *, k: float = RRF_K, weights: Sequence[float] |
     if not k > 0 or not math.isfinite(k):
         raise InvalidInputError(f"RRF k must be a positive number, got {k!r}")
     ws = _check_weights(len(lists), weights)
-    scores: dict[str, float] = {}
+    scores: dict[Key, float] = {}
     for w, ranked in zip(ws, lists, strict=True):
-        seen: set[str] = set()
+        seen: set[Key] = set()
         for rank, doc in enumerate(ranked, start=1):
             if doc in seen:  # a duplicate id in one list counts once, at its best rank
                 continue
@@ -89,7 +90,7 @@ def _normalized_sum(
     of each list's normalized first score), from one normalization of each list. With
     `top`, only the first `top` fused entries (and any tied with the last) are returned."""
     ws = _check_weights(len(lists), weights)
-    scores: dict[str, float] = {}
+    scores: dict[Key, float] = {}
     tops: list[float] = []
     for w, scored in zip(ws, lists, strict=True):
         ids, values = _first_occurrences(scored)
@@ -105,7 +106,7 @@ def _normalized_sum(
     return (_sorted(scores) if top is None else _head(scores, top)), sum(tops)
 
 
-def _head(scores: dict[str, float], top: int) -> Fused:
+def _head(scores: dict[Key, float], top: int) -> Fused:
     """`_sorted(scores)` cut after its first `top` entries (later when scores tie there):
     only the entries scoring at least the `top`-th best score are sorted by (score, id)."""
     if len(scores) <= top:
@@ -114,13 +115,13 @@ def _head(scores: dict[str, float], top: int) -> Fused:
     return _sorted({doc: s for doc, s in scores.items() if s >= floor})
 
 
-def _first_occurrences(scored: Scored) -> tuple[list[str], list[float]]:
+def _first_occurrences(scored: Scored) -> tuple[list[Key], list[float]]:
     """Ids and scores, each id once at its first place, non-finite scores left out."""
     ids = [doc for doc, _ in scored]
     values = [s for _, s in scored]
     if len(set(ids)) == len(ids) and math.isfinite(sum(values)):  # the usual list: as it is
         return ids, values
-    seen: set[str] = set()
+    seen: set[Key] = set()
     ids, values = [], []
     for doc, s in scored:
         if doc not in seen and math.isfinite(s):

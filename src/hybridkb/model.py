@@ -74,6 +74,11 @@ def iso(ts: float | None) -> str | None:
     return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat()
 
 
+# What a search's lists name items by: their ids, or a backend's cheaper handle on them
+# (SQLite's rowid; storage/contract.py). Pure code that ranks or collapses takes either.
+Key = str | int
+
+
 @dataclass(slots=True)
 class Item:
     """One piece of knowledge. Timestamps are epoch seconds (UTC)."""

@@ -22,7 +22,7 @@ from .errors import InvalidInputError
 from .labels import source_label
 from .model import MODES, Filters, Hit, RetrieverHit, SearchResult, StoredItem
 from .scoring import ScorePolicy, apply, boosted, relevance
-from .storage.contract import Backend, ScoredIds, SearchArea, Vector
+from .storage.contract import Backend, Key, ScoredKeys, SearchArea, Vector
 from .storage.workers import Workers
 
 # Each retriever returns max(MIN_DEPTH, offset + limit) candidates. A depth that does
@@ -101,7 +101,7 @@ class SearchPlan:
 class _Candidate:
     fused: float  # the fused score, or under merge="rrf" the cross-corpus RRF score
     owner: _Group  # the group it was fused in (its retrievers' ranks are read from there)
-    alternates: list[str] = field(default_factory=list)
+    alternates: list[Key] = field(default_factory=list)
     relevance: float = 0.0  # fused / best possible in its list group, in [0, 1]
     merged: bool = False  # ranked by the cross-corpus RRF score (merge="rrf")
 
@@ -111,18 +111,18 @@ class _Group:
     """One group's lists after collapse and fusion. Candidates are made from it only for
     the pool a search reads further (a few dozen of several hundred fused ids)."""
 
-    order: list[str]  # fused, best first: the pool's worth (the rest is never read)
-    fused: dict[str, float]  # of the ids in `order`
+    order: list[Key]  # fused, best first: the pool's worth (the rest is never read)
+    fused: dict[Key, float]  # of the keys in `order`
     best: float  # the best fused score possible in this group
-    lists: dict[str, ScoredIds]  # each retriever's list after its head's collapse
-    alternates: dict[str, list[str]]  # survivor -> the copies its lists' collapse absorbed
-    _ranks: dict[str, dict[str, int]] | None = None  # list -> id -> its place (from 0)
+    lists: dict[str, ScoredKeys]  # each retriever's list after its head's collapse
+    alternates: dict[Key, list[Key]]  # survivor -> the copies its lists' collapse absorbed
+    _ranks: dict[str, dict[Key, int]] | None = None  # list -> key -> its place (from 0)
 
-    def candidate(self, doc: str) -> _Candidate:
+    def candidate(self, doc: Key) -> _Candidate:
         score = self.fused[doc]
         return _Candidate(score, self, list(self.alternates.get(doc, ())), relevance(score, self.best))
 
-    def retrievers(self, doc: str) -> dict[str, RetrieverHit]:
+    def retrievers(self, doc: Key) -> dict[str, RetrieverHit]:
         """Where each list placed `doc` (asked for the page's hits only)."""
         if self._ranks is None:  # an id listed twice keeps its last place, as a dict does
             self._ranks = {name: dict(zip([d for d, _ in scored], range(len(scored)), strict=True))
@@ -153,10 +153,10 @@ def run(
     # Merge by relevance: every corpus searched at once, one list per retriever. Merge by
     # RRF: one group per corpus, fused apart and interleaved by rank.
     groups = [tuple(corpora)] if plan.merge == "relevance" and corpora else [(c,) for c in corpora]
-    lists: dict[tuple[str, ...], dict[str, ScoredIds]] = {}
+    lists: dict[tuple[str, ...], dict[str, ScoredKeys]] = {}
     for group in groups:
         area = SearchArea(corpora=group, filters=plan.filters, now=now)
-        per: dict[str, ScoredIds] = {}
+        per: dict[str, ScoredKeys] = {}
         pending = None
         if use_fts and qvec is not None and getattr(backend, "retrieves_concurrently", False):
             pending = _retrievers.pool().submit(backend.vector_search, qvec, area, depth)
@@ -177,16 +177,15 @@ def run(
         answered = "substring" if any(lists[g]["substring"] for g in groups) else "none"
 
     head, pool = _heads(plan)
-    items: dict[str, StoredItem] = {}
+    items: dict[Key, StoredItem] = {}  # by the key the retrievers named them with
     heads = {d for per in lists.values() for sc in per.values() for d, _ in sc[:head]}
-    _fetch(backend, items, heads | _pool_ahead(lists, pool), now)
+    _fetch(backend, items, heads | _pool_ahead(lists, pool))
 
-    vectors = (backend.vectors_for(sorted(heads.intersection(items)))
-               if plan.dedup_cosine is not None else {})
-    token_sets: dict[str, frozenset[str]] = {}  # each text tokenized once per search (dedup)
+    vectors = _vectors(backend, items, heads) if plan.dedup_cosine is not None else {}
+    token_sets: dict[Key, frozenset[str]] = {}  # each text tokenized once per search (dedup)
     fused_groups = [_fuse_group(plan, lists[g], items, vectors, token_sets) for g in groups]
 
-    merged_scores: dict[str, float] = {}
+    merged_scores: dict[Key, float] = {}
     if len(fused_groups) > 1:  # merge="rrf": each corpus gets equal say
         merged = fusion_lib.rrf([fg.order for fg in fused_groups], k=plan.rrf_k)
         merged_scores = dict(merged)
@@ -195,13 +194,13 @@ def run(
         order = fused_groups[0].order if fused_groups else []
 
     order = order[:pool]
-    candidates: dict[str, _Candidate] = {}
+    candidates: dict[Key, _Candidate] = {}
     for doc in order:
         owner = next(fg for fg in fused_groups if doc in fg.fused)
         cand = candidates[doc] = owner.candidate(doc)
         if merged_scores:
             cand.fused, cand.merged = merged_scores[doc], True
-    _fetch(backend, items, set(order), now)  # nothing left to read unless lists were fused
+    _fetch(backend, items, set(order))  # nothing left to read unless lists were fused
     order = [doc for doc in order if doc in items]  # gone since retrieval: deleted meanwhile
     # Each list was collapsed apart; copies that survived in different lists (or corpora)
     # meet here.
@@ -218,15 +217,15 @@ def run(
     final = {doc: _final(candidates[doc], items[doc], plan.policy, now) for doc in order}
     if plan.min_score is not None:
         order = [d for d in order if final[d][0] >= plan.min_score - 1e-12]
-    # Rank the head by its final score; only the page becomes Hit objects.
-    ranked = sorted(order, key=lambda doc: (-final[doc][1], doc))
+    # Rank the head by its final score (ties by id); only the page becomes Hit objects.
+    ranked = sorted(order, key=lambda doc: (-final[doc][1], items[doc].id))
     page = [_hit(doc, candidates[doc], items, plan.policy, now, labels)
             for doc in ranked[plan.offset : plan.offset + plan.limit]]
     return SearchResult(hits=page, answered_by=answered, mode=plan.mode, query=plan.query,
                         notes=result_notes)
 
 
-def _pool_ahead(lists: dict[tuple[str, ...], dict[str, ScoredIds]], pool: int) -> set[str]:
+def _pool_ahead(lists: dict[tuple[str, ...], dict[str, ScoredKeys]], pool: int) -> set[Key]:
     """The ids the pool will hold when one list alone answers: its first `pool` (fusing one
     list keeps its order but for ties), read with the heads in one query. Fused lists can
     place anything in the pool; what a pool lacks is read once it is known."""
@@ -234,14 +233,20 @@ def _pool_ahead(lists: dict[tuple[str, ...], dict[str, ScoredIds]], pool: int) -
     return {d for d, _ in answered[0][:pool]} if len(answered) == 1 else set()
 
 
-def _fetch(backend: Backend, items: dict[str, StoredItem], ids: set[str], now: float) -> None:
-    """Read the items not read yet (one query); ids that no longer exist stay absent."""
-    missing = sorted(ids.difference(items))
+def _fetch(backend: Backend, items: dict[Key, StoredItem], keys: set[Key]) -> None:
+    """Read the items not read yet (one query); keys whose item is gone stay absent."""
+    missing = keys.difference(items)
     if missing:
-        items.update((it.id, it) for it in backend.get(missing, include_expired=True, now=now))
+        items.update(backend.items_by_key(sorted(missing)))
 
 
-def _answered_by(lists: dict[tuple[str, ...], dict[str, ScoredIds]]) -> str:
+def _vectors(backend: Backend, items: dict[Key, StoredItem], keys: set[Key]) -> dict[Key, Vector]:
+    """The stored vectors of the items read under `keys` (for the collapse by cosine)."""
+    key_of = {items[k].id: k for k in keys if k in items}
+    return {key_of[i]: v for i, v in backend.vectors_for(sorted(key_of)).items()}
+
+
+def _answered_by(lists: dict[tuple[str, ...], dict[str, ScoredKeys]]) -> str:
     found = {name for per in lists.values() for name, scored in per.items() if scored}
     if {"fts", "vector"} <= found:
         return "hybrid"
@@ -251,12 +256,12 @@ def _answered_by(lists: dict[tuple[str, ...], dict[str, ScoredIds]]) -> str:
 
 
 def _fuse_group(
-    plan: SearchPlan, per: dict[str, ScoredIds], items: dict[str, StoredItem],
-    vectors: dict[str, Vector], token_sets: dict[str, frozenset[str]],
+    plan: SearchPlan, per: dict[str, ScoredKeys], items: dict[Key, StoredItem],
+    vectors: dict[Key, Vector], token_sets: dict[Key, frozenset[str]],
 ) -> _Group:
     """Collapse each list's head and fuse the lists."""
     names, scored_lists, weights = [], [], []
-    alternates: dict[str, list[str]] = {}
+    alternates: dict[Key, list[Key]] = {}
     head, pool = _heads(plan)
     for name, scored in per.items():
         # Collapse duplicates in the head (read from the store); the tail only informs fusion.
@@ -281,12 +286,12 @@ def _fuse_group(
 
 
 def _collapse(
-    plan: SearchPlan, order: list[str], items: dict[str, StoredItem], vectors: dict[str, Vector],
-    scores: dict[str, float], token_sets: dict[str, frozenset[str]],
-) -> tuple[list[str], dict[str, list[str]]]:
+    plan: SearchPlan, order: list[Key], items: dict[Key, StoredItem], vectors: dict[Key, Vector],
+    scores: dict[Key, float], token_sets: dict[Key, frozenset[str]],
+) -> tuple[list[Key], dict[Key, list[Key]]]:
     """Near-duplicate collapse by token Jaccard (never across a gap in `scores`, 0-1) and,
     when asked, by vector cosine."""
-    absorbed: dict[str, list[str]] = {}
+    absorbed: dict[Key, list[Key]] = {}
     if plan.dedup_threshold is not None and len(order) > 1:
         order, absorbed = dedup.collapse([(d, items[d].text) for d in order], plan.dedup_threshold,
                                          scores=scores, token_sets=token_sets,
@@ -300,7 +305,7 @@ def _collapse(
     return order, absorbed
 
 
-def _shares(scored: ScoredIds) -> dict[str, float]:
+def _shares(scored: ScoredKeys) -> dict[Key, float]:
     """Each score as a share of the list's best (1.0 for all when the best is not > 0)."""
     top = scored[0][1] if scored else 0.0
     return {d: (s / top if top > 0 else 1.0) for d, s in scored}
@@ -316,19 +321,19 @@ def _final(cand: _Candidate, item: StoredItem, policy: ScorePolicy, now: float) 
 
 
 def _hit(
-    doc: str, cand: _Candidate, items: dict[str, StoredItem], policy: ScorePolicy, now: float,
+    doc: Key, cand: _Candidate, items: dict[Key, StoredItem], policy: ScorePolicy, now: float,
     labels: dict[str, str],
 ) -> Hit:
     item = items[doc]
     factors = policy.factors(kind=item.kind, access_count=item.access_count,
                              created_at=item.created_at, now=now)
     return Hit(
-        id=doc, corpus=item.corpus, text=item.text, title=item.title, kind=item.kind,
+        id=item.id, corpus=item.corpus, text=item.text, title=item.title, kind=item.kind,
         score=boosted(cand.relevance, factors), relevance=cand.relevance,
         fusion_score=cand.fused, boosts=factors,
         source_label=_label(item, labels), source_url=item.source_url,
         metadata=item.metadata, created_at=item.created_at, retrievers=cand.owner.retrievers(doc),
-        alternate_sources=[{"id": a, "source": _label(items[a], labels)}
+        alternate_sources=[{"id": items[a].id, "source": _label(items[a], labels)}
                            for a in cand.alternates if a in items],
     )
 

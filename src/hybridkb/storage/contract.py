@@ -12,13 +12,19 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..model import Filters, Item, StoredItem
+from ..model import Filters, Item, Key, StoredItem
 from ..textquery import TextQuery
 from .codec import Vector
 
-__all__ = ["Backend", "ScoredIds", "SearchArea", "Vector"]
+__all__ = ["Backend", "Key", "ScoredIds", "ScoredKeys", "SearchArea", "Vector"]
 
-ScoredIds = list[tuple[str, float]]
+# A retrieval names each item by a key (model.Key): the dialect's cheapest handle on it
+# (SQLite: the rowid its indexes hold; PostgreSQL: the id). A search compares keys only
+# with keys of the same search and reads the items behind them once, with `items_by_key`:
+# ids are read for the few dozen items a search shows or weighs, not for every entry of
+# 300-deep lists.
+ScoredKeys = list[tuple[Key, float]]
+ScoredIds = list[tuple[str, float]]  # a list named by item ids (PostgreSQL's keys)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +50,7 @@ class Backend(Protocol):
     subclasses (StoreError, InvalidInputError, DimensionMismatchError,
     BackendUnavailableError), never a driver's exception.
 
-    Retrievals return `(id, score)` best first, ties by storage order; scores are
+    Retrievals return `(key, score)` best first, ties by storage order; scores are
     higher-is-better (BM25 as a positive number, cosine similarity, substring hit count).
     """
 
@@ -98,6 +104,9 @@ class Backend(Protocol):
     # -- reads --------------------------------------------------------------------------------------
     def get(self, ids: Sequence[str], *, include_expired: bool, now: float) -> list[StoredItem]:
         """The items that exist, in the order asked (missing ids skipped)."""
+    def items_by_key(self, keys: Sequence[Key]) -> dict[Key, StoredItem]:
+        """The items behind a retrieval's keys (expired ones included); a key whose item is
+        gone is left out."""
     def embedded_hashes(self, ids: Sequence[str]) -> dict[str, str]:
         """id -> the content hash its current vector was computed from (ids with one)."""
     def count(self, corpus: str | None = None) -> int:
@@ -134,12 +143,12 @@ class Backend(Protocol):
         """Forget an unfinished switch and its pending vectors."""
 
     # -- retrieval (filters applied inside each query) ------------------------------------------
-    def text_search(self, query: TextQuery, area: SearchArea, limit: int) -> ScoredIds:
+    def text_search(self, query: TextQuery, area: SearchArea, limit: int) -> ScoredKeys:
         """Full-text (BM25) matches of `query`; [] for a query with no terms."""
-    def vector_search(self, vector: Vector, area: SearchArea, limit: int) -> ScoredIds:
+    def vector_search(self, vector: Vector, area: SearchArea, limit: int) -> ScoredKeys:
         """Cosine nearest neighbours; [] before any vector exists or for a non-finite query;
         DimensionMismatchError for a query of the wrong size."""
-    def substring_search(self, words: Sequence[str], area: SearchArea, limit: int) -> ScoredIds:
+    def substring_search(self, words: Sequence[str], area: SearchArea, limit: int) -> ScoredKeys:
         """Items whose text or title contains the words, by how many (word, field) hits:
         the last resort when nothing else matched."""
 

@@ -24,7 +24,7 @@ from ...errors import BackendUnavailableError, InvalidInputError, StoreError
 from ...model import Item, StoredItem
 from ...textquery import TextQuery
 from .. import codec, records
-from ..contract import ScoredIds, SearchArea, Vector
+from ..contract import Key, ScoredKeys, SearchArea, Vector
 from ..records import DEFAULT_BM25_WEIGHTS, META_PENDING_VECTOR_DIM, META_VECTOR_DIM
 from . import driver
 from .driver import redact
@@ -436,6 +436,10 @@ class PostgresBackend:
                 else self._read(q.SELECT_LIVE_ITEMS, [list(ids), now]))
         return records.in_order(ids, {row[0]: records.row_to_item(row) for row in rows})
 
+    def items_by_key(self, keys: Sequence[Key]) -> dict[Key, StoredItem]:
+        """Retrievals here name items by their ids: the keys are ids."""
+        return {it.id: it for it in self.get([str(k) for k in keys], include_expired=True, now=0.0)}
+
     def embedded_hashes(self, ids: Sequence[str]) -> dict[str, str]:
         if not ids:
             return {}
@@ -486,7 +490,7 @@ class PostgresBackend:
 
     # -- retrieval ------------------------------------------------------------------------------
 
-    def text_search(self, query: TextQuery, area: SearchArea, limit: int) -> ScoredIds:
+    def text_search(self, query: TextQuery, area: SearchArea, limit: int) -> ScoredKeys:
         terms = [" ".join(term) for term in query.terms]
         if not terms or limit <= 0:
             return []
@@ -507,14 +511,14 @@ class PostgresBackend:
 
         return [(r[0], float(r[1])) for r in self._search(work)]
 
-    def substring_search(self, words: Sequence[str], area: SearchArea, limit: int) -> ScoredIds:
+    def substring_search(self, words: Sequence[str], area: SearchArea, limit: int) -> ScoredKeys:
         if not words or limit <= 0:
             return []
         statement, params = q.substring_search(words, area, limit)
         return [(r[0], float(r[1])) for r in self._search(
             lambda conn: conn.execute(statement, params).fetchall())]
 
-    def vector_search(self, vector: Vector, area: SearchArea, limit: int) -> ScoredIds:
+    def vector_search(self, vector: Vector, area: SearchArea, limit: int) -> ScoredKeys:
         if limit <= 0:
             return []
         def work(conn: Connection[Any]) -> list[Any]:

@@ -24,7 +24,7 @@ from ...model import Item, StoredItem
 from ...progress import ProgressFactory, no_progress
 from ...textquery import TextQuery
 from .. import codec, records
-from ..contract import ScoredIds, SearchArea, Vector
+from ..contract import Key, ScoredKeys, SearchArea, Vector
 from ..indexes.sync import TextIndexSync
 from ..indexes.text_schema import TextDoc, title_repeat
 from ..indexes.vector_base import Wanted
@@ -33,7 +33,7 @@ from ..records import DEFAULT_BM25_WEIGHTS, META_PENDING_VECTOR_DIM, META_VECTOR
 from . import driver as sqlite_driver
 from . import maintenance
 from .changes import DOC_COLUMNS, SQLiteChanges, prune_passed, text_doc
-from .reads import IdMap, Memo
+from .reads import Memo
 from .tables import SET_META as _SET_META
 from .tables import Tables as _Tables
 from .tables import chunks as _chunks
@@ -43,8 +43,8 @@ from .tables import marks as _marks
 __all__ = ["BUSY_TIMEOUT_S", "DEFAULT_BM25_WEIGHTS", "SQLiteBackend", "filter_sql", "open_sqlite"]
 
 BUSY_TIMEOUT_S = 30.0
+CONCURRENT_MIN = 20_000  # items past which a hybrid search's two retrievals run at once
 _READ_COLUMNS = ", ".join(records.READ_COLUMNS)
-_EXPIRES_AT = records.ITEM_COLUMNS.index("expires_at")
 
 
 def _metadata_in(alias: str, key: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
@@ -94,7 +94,6 @@ class SQLiteBackend:
         # What searches ask again and again, kept until the store changes (reads.py).
         self._memo = Memo()
         self._pin = threading.local()  # a search's token, read once (pinned_reads)
-        self._id_map = IdMap()
         self.newer_schema: str | None = None
         try:
             self._conn = sqlite_driver.connect(self.path, timeout=BUSY_TIMEOUT_S)
@@ -127,6 +126,12 @@ class SQLiteBackend:
         # scans (the eval runs them); HYBRIDKB_VECTOR_ANN sets the default.
         self._vectors = VectorIndexSync(None if folder is None else folder / "vectors", self._changes,
                                         ann=ann, progress=progress)
+
+    @property
+    def retrieves_concurrently(self) -> bool:
+        """Whether a hybrid search runs its text and vector searches at once (pipeline.py):
+        tantivy and numpy let go of the GIL, which pays past a few ten thousand items."""
+        return self.vector_dim() is not None and sum(self.corpora().values()) >= CONCURRENT_MIN
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -388,15 +393,7 @@ class SQLiteBackend:
 
     def get(self, ids: Sequence[str], *, include_expired: bool, now: float) -> list[StoredItem]:
         found: dict[str, StoredItem] = {}
-        with self._lock:  # ids a search mapped from rowids: read by rowid, each row's id checked
-            known = self._id_map.rowids_of(ids)
-        for chunk in _chunks(sorted(set(known.values()))):
-            for row in self._read(f"SELECT {_READ_COLUMNS} FROM items WHERE rowid IN ({_marks(len(chunk))})",
-                                  chunk):
-                expires = row[_EXPIRES_AT]
-                if row[0] in known and (include_expired or expires is None or expires > now):
-                    found[row[0]] = records.row_to_item(row)
-        for chunk in _chunks([i for i in ids if i not in found]):
+        for chunk in _chunks(list(ids)):
             sql = f"SELECT {_READ_COLUMNS} FROM items WHERE id IN ({_marks(len(chunk))})"
             params: list[Any] = list(chunk)
             if not include_expired:
@@ -405,6 +402,15 @@ class SQLiteBackend:
             for row in self._read(sql, params):
                 found[row[0]] = records.row_to_item(row)
         return records.in_order(ids, found)
+
+    def items_by_key(self, keys: Sequence[Key]) -> dict[Key, StoredItem]:
+        """Retrievals here name items by rowid (what the derived indexes hold): read by the
+        table's own key."""
+        found: dict[Key, StoredItem] = {}
+        for chunk in _chunks(list(keys)):
+            found.update((row[0], records.row_to_item(row[1:])) for row in self._read(
+                f"SELECT rowid, {_READ_COLUMNS} FROM items WHERE rowid IN ({_marks(len(chunk))})", chunk))
+        return found
 
     def embedded_hashes(self, ids: Sequence[str]) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -457,10 +463,9 @@ class SQLiteBackend:
 
     # -- retrieval ------------------------------------------------------------------------------
 
-    def text_search(self, query: TextQuery, area: SearchArea, limit: int) -> ScoredIds:
+    def text_search(self, query: TextQuery, area: SearchArea, limit: int) -> ScoredKeys:
         """BM25 from the tantivy index, caught up with the change log first; filters run
-        inside the index. Rowids are mapped back to ids here (an item deleted since the
-        index caught up is dropped)."""
+        inside the index. Keyed by rowid."""
         if query.is_empty or limit <= 0:
             return []
         index, delta = self._text.view()
@@ -482,15 +487,9 @@ class SQLiteBackend:
                     [*chunk, *params]))
             extra = delta.search(query, index.analyze, index.stats(query, area.corpora), allowed)
             top = sorted(top + extra, key=lambda p: (-p[1], p[0]))[:limit]
-        return self._ids_of(top)
+        return [*top]
 
-    def _ids_of(self, top: list[tuple[int, float]]) -> ScoredIds:
-        """Index rowids as item ids, mostly from memory (reads.IdMap); a rowid whose item
-        is gone is dropped."""
-        with self._lock:
-            return self._id_map.scored(top, self._changes.log_bounds(), self._read)
-
-    def substring_search(self, words: Sequence[str], area: SearchArea, limit: int) -> ScoredIds:
+    def substring_search(self, words: Sequence[str], area: SearchArea, limit: int) -> ScoredKeys:
         if not words or limit <= 0:
             return []
         where, params = filter_sql(area)
@@ -498,12 +497,12 @@ class SQLiteBackend:
             "(instr(lower(i.text), ?) > 0) + (instr(lower(coalesce(i.title, '')), ?) > 0)"
             for _ in words)
         word_params = [w for w in words for _ in (0, 1)]
-        sql = (f"SELECT i.id, {hits} AS s FROM items i WHERE {where} "
+        sql = (f"SELECT i.rowid, {hits} AS s FROM items i WHERE {where} "
                f"AND s > 0 ORDER BY s DESC, i.id LIMIT ?")
         rows = self._read(sql, [*word_params, *params, limit])
         return [(r[0], float(r[1])) for r in rows]
 
-    def vector_search(self, vector: Vector, area: SearchArea, limit: int) -> ScoredIds:
+    def vector_search(self, vector: Vector, area: SearchArea, limit: int) -> ScoredKeys:
         """Cosine KNN over the vector index (base + delta, storage/indexes/vectors.py): corpus,
         expiry and staleness are masks there; any other filter is an exact scan of its rows."""
         dim = self.vector_dim()
@@ -524,7 +523,7 @@ class SQLiteBackend:
             rows = np.asarray(sorted(r[0] for r in self._read(
                 f"SELECT i.rowid FROM items i WHERE {where}", params)), dtype=np.int64)
         wanted = Wanted(area.corpora, area.now, f.include_expired, f.include_stale)
-        return self._ids_of(knn(base, delta, query, limit, wanted=wanted, rows=rows))
+        return [*knn(base, delta, query, limit, wanted=wanted, rows=rows)]
 
     def _data_version(self) -> int:
         return int(self._conn.execute("PRAGMA data_version").fetchone()[0])

@@ -25,12 +25,7 @@ def integrity_problems(read: Read, vector_dim: int | None) -> list[str]:
         problems += [f"sqlite: {r[0]}" for r in read("PRAGMA integrity_check") if r[0] != "ok"]
     except StoreError as exc:
         problems.append(f"sqlite: the integrity check cannot run: {_cause(exc)}")
-    checks: list[tuple[str, str]] = [
-        ("items missing from item_keys (rowid -> id)", "SELECT count(*) FROM items i WHERE NOT EXISTS "
-         "(SELECT 1 FROM item_keys k WHERE k.rowid = i.rowid AND k.id = i.id)"),
-        ("item_keys rows without an item", "SELECT count(*) FROM item_keys k WHERE NOT EXISTS "
-         "(SELECT 1 FROM items i WHERE i.rowid = k.rowid)"),
-    ]
+    checks: list[tuple[str, str]] = []
     if vector_dim is not None:
         # vec0 answers one rowid lookup at a time: a set membership test is faster.
         checks += records.vector_checks("vec_items", "i.rowid IN (SELECT rowid FROM vec_items)")
@@ -48,7 +43,7 @@ def integrity_problems(read: Read, vector_dim: int | None) -> list[str]:
 def repair(conn: Any, vector_dim: int | None, problems: Sequence[str], create_vectors: str) -> list[str]:
     """Rebuild, in the caller's transaction, what derives from the items; returns what was done.
 
-    Indexes of the items table (REINDEX), item_keys (rowid -> id) and the vectors:
+    Indexes of the items table (REINDEX) and the vectors:
     orphans dropped, items whose vector is missing or not theirs marked for embedding again;
     a vector table too damaged to read is recreated empty and every item marked.
     """
@@ -56,9 +51,6 @@ def repair(conn: Any, vector_dim: int | None, problems: Sequence[str], create_ve
     text = " ".join(problems).lower()
     if "sqlite:" in text:
         _step(conn, done, "rebuilt the items table's indexes (REINDEX)", "REINDEX")
-    if "sqlite:" in text or "item_keys" in text:
-        _step(conn, done, "rebuilt item_keys (rowid -> id) from the items",
-              "DELETE FROM item_keys", "INSERT INTO item_keys (rowid, id) SELECT rowid, id FROM items")
     if vector_dim is None or not ("sqlite:" in text or "vector" in text):
         return done
     try:
