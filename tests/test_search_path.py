@@ -65,3 +65,27 @@ def test_a_page_past_the_pool_is_the_same_either_way(kb: KnowledgeBase) -> None:
         assert len(whole) == 80
         assert kb.search("kestrel note", mode=mode, limit=10, offset=40).ids == whole[40:50]
         assert kb.search("kestrel note", mode=mode, limit=10).ids == whole[:10]
+
+
+def test_a_hybrid_search_of_a_large_store_retrieves_both_lists_at_once(
+        kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Past CONCURRENT_MIN items the vector search runs on a worker thread beside the text
+    # search; the answer is the one the sequential search gives, hit for hit.
+    import threading
+
+    from hybridkb.storage.sqlite import backend as sqlite_backend
+
+    backend = kb.backend
+    assert not backend.retrieves_concurrently  # type: ignore[attr-defined]  # 80 items
+    queries = ["kestrel note 3", "word w17", "note 42 word"]
+    sequential = [kb.search(q).hits for q in queries]
+    monkeypatch.setattr(sqlite_backend, "CONCURRENT_MIN", 50)
+    assert backend.retrieves_concurrently  # type: ignore[attr-defined]
+    threads: list[str] = []
+    vector_search = backend.vector_search
+    monkeypatch.setattr(backend, "vector_search", lambda *a: threads.append(
+        threading.current_thread().name) or vector_search(*a))
+    concurrent = [kb.search(q).hits for q in queries]
+    assert len(threads) == len(queries) and threading.current_thread().name not in threads
+    assert [[(h.id, h.score, h.retrievers) for h in hits] for hits in concurrent] == \
+        [[(h.id, h.score, h.retrievers) for h in hits] for hits in sequential]
