@@ -84,6 +84,9 @@ def stage_breakdown(kb: KnowledgeBase, queries: Sequence[str], *, mode: str = "h
     backend = kb.backend
     totals: list[float] = []
     with ExitStack() as stack:
+        # One retrieval after the other: a vector search on a worker thread would be timed
+        # as the caller's wait ("other"), not as "vector".
+        stack.enter_context(patched(type(backend), "retrieves_concurrently", False))
         for name, attr in (("corpora", "corpora"), ("fts", "text_search"), ("fetch", "items_by_key"),
                            ("meta", "get_meta")):
             stack.enter_context(patched(backend, attr, rec.wrap(name, getattr(backend, attr))))

@@ -89,3 +89,26 @@ def test_a_hybrid_search_of_a_large_store_retrieves_both_lists_at_once(
     assert len(threads) == len(queries) and threading.current_thread().name not in threads
     assert [[(h.id, h.score, h.retrievers) for h in hits] for hits in concurrent] == \
         [[(h.id, h.score, h.retrievers) for h in hits] for hits in sequential]
+
+
+def test_a_rowid_deleted_during_a_search_never_reads_as_the_item_that_took_it(
+        kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Lists name items by rowid until the pipeline reads them. An item deleted between the
+    # retrieval and that read gives its rowid to the next item written (SQLite reuses the
+    # largest): the search must drop the hit, not show the newcomer with the old score.
+    backend = kb.backend
+    last = backend._read("SELECT id, rowid FROM items ORDER BY rowid DESC LIMIT 1")[0]  # type: ignore[attr-defined]
+    text_search = backend.text_search
+
+    def then_replace(*args: object) -> object:
+        found = text_search(*args)  # type: ignore[arg-type]
+        kb.delete(last[0])
+        kb.add("an unrelated intruder", id="intruder")
+        return found
+
+    assert last[0] in kb.search("kestrel note 79 w79", mode="fts", limit=80).ids
+    monkeypatch.setattr(backend, "text_search", then_replace)
+    ids = kb.search("kestrel note 79 w79", mode="fts", limit=80).ids
+    assert backend._read("SELECT rowid FROM items WHERE id = 'intruder'")[0][0] == last[1]  # type: ignore[attr-defined]
+    assert last[0] not in ids and "intruder" not in ids
+    assert len(ids) == 79  # every other item still found

@@ -33,6 +33,7 @@ from ..records import DEFAULT_BM25_WEIGHTS, META_PENDING_VECTOR_DIM, META_VECTOR
 from . import driver as sqlite_driver
 from . import maintenance
 from .changes import DOC_COLUMNS, SQLiteChanges, prune_passed, text_doc
+from .filters import filter_sql
 from .reads import Memo
 from .tables import SET_META as _SET_META
 from .tables import Tables as _Tables
@@ -45,29 +46,6 @@ __all__ = ["BUSY_TIMEOUT_S", "DEFAULT_BM25_WEIGHTS", "SQLiteBackend", "filter_sq
 BUSY_TIMEOUT_S = 30.0
 CONCURRENT_MIN = 20_000  # items past which a hybrid search's two retrievals run at once
 _READ_COLUMNS = ", ".join(records.READ_COLUMNS)
-
-
-def _metadata_in(alias: str, key: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
-    # json_each reads JSON true/false as 1/0, so booleans are compared as integers.
-    return (f"EXISTS (SELECT 1 FROM json_each({alias}.metadata) AS m "
-            f"WHERE m.key = ? AND m.value IN ({_marks(len(values))}))",
-            [key, *(int(v) if isinstance(v, bool) else v for v in values)])
-
-
-_DIALECT = records.FilterDialect(
-    mark="?",
-    one_of=lambda column, values: (f"{column} IN ({_marks(len(values))})", list(values)),
-    is_false=lambda column: f"{column} = 0",
-    metadata_in=_metadata_in,
-    # REGEXP is the Python function driver.connect registers on every connection
-    path_matches=lambda alias, regex: (f"json_extract({alias}.metadata, '$.path') REGEXP ?", [regex]),
-)
-
-
-def filter_sql(area: SearchArea, alias: str = "i") -> tuple[str, list[Any]]:
-    """WHERE conditions (joined by AND) and their bound values for a SearchArea."""
-    clauses, params = records.filter_conditions(area, _DIALECT, alias)
-    return (" AND ".join(clauses) or "1"), params
 
 
 class SQLiteBackend:
@@ -206,6 +184,7 @@ class SQLiteBackend:
             return
         with self._lock:
             self._pin.token = (self._data_version(), self._writes)
+            self._pin.head = self._changes.log_bounds()[1]
         try:
             yield
         finally:
@@ -410,7 +389,20 @@ class SQLiteBackend:
         for chunk in _chunks(list(keys)):
             found.update((row[0], records.row_to_item(row[1:])) for row in self._read(
                 f"SELECT rowid, {_READ_COLUMNS} FROM items WHERE rowid IN ({_marks(len(chunk))})", chunk))
+        for rowid in self._deleted_since_pinned(list(found)):
+            del found[rowid]  # SQLite gives a deleted item's rowid to the next one: not the hit's
         return found
+
+    def _deleted_since_pinned(self, rowids: list[Key]) -> set[Key]:
+        """Which of `rowids` an item was deleted from since the search began (none unless
+        the store changed meanwhile: one `PRAGMA data_version`)."""
+        token, head = getattr(self._pin, "token", None), getattr(self._pin, "head", None)
+        with self._lock:
+            if not rowids or token is None or token == (self._data_version(), self._writes):
+                return set()
+        return {r for chunk in _chunks(rowids) for (r,) in self._read(
+            f"SELECT item_rowid FROM changes WHERE seq > ? AND op = 'd' "
+            f"AND item_rowid IN ({_marks(len(chunk))})", [head, *chunk])}
 
     def embedded_hashes(self, ids: Sequence[str]) -> dict[str, str]:
         out: dict[str, str] = {}
