@@ -389,20 +389,15 @@ class SQLiteBackend:
         for chunk in _chunks(list(keys)):
             found.update((row[0], records.row_to_item(row[1:])) for row in self._read(
                 f"SELECT rowid, {_READ_COLUMNS} FROM items WHERE rowid IN ({_marks(len(chunk))})", chunk))
-        for rowid in self._deleted_since_pinned(list(found)):
-            del found[rowid]  # SQLite gives a deleted item's rowid to the next one: not the hit's
-        return found
-
-    def _deleted_since_pinned(self, rowids: list[Key]) -> set[Key]:
-        """Which of `rowids` an item was deleted from since the search began (none unless
-        the store changed meanwhile: one `PRAGMA data_version`)."""
-        token, head = getattr(self._pin, "token", None), getattr(self._pin, "head", None)
+        # SQLite gives a deleted item's rowid to the next item written: a rowid deleted since
+        # the search began (checked only when the store changed meanwhile: one `PRAGMA
+        # data_version`) no longer names the hit's item.
+        token = getattr(self._pin, "token", None)
         with self._lock:
-            if not rowids or token is None or token == (self._data_version(), self._writes):
-                return set()
-        return {r for chunk in _chunks(rowids) for (r,) in self._read(
-            f"SELECT item_rowid FROM changes WHERE seq > ? AND op = 'd' "
-            f"AND item_rowid IN ({_marks(len(chunk))})", [head, *chunk])}
+            changed = bool(found) and token is not None and token != (self._data_version(), self._writes)
+        for rowid in self._changes.deleted_since(self._pin.head, [int(k) for k in found]) if changed else ():
+            del found[rowid]
+        return found
 
     def embedded_hashes(self, ids: Sequence[str]) -> dict[str, str]:
         out: dict[str, str] = {}

@@ -79,6 +79,12 @@ class SQLiteChanges:
         reached = int(rows[-1][0]) if len(rows) == limit else head
         return [(int(r[0]), int(r[1])) for r in rows], reached
 
+    def deleted_since(self, seq: int, rowids: Sequence[int]) -> set[int]:
+        """Which of `rowids` the log shows an item deleted from after `seq`."""
+        return {int(r) for chunk in chunks(rowids) for (r,) in self._read(
+            f"SELECT item_rowid FROM changes WHERE seq > ? AND op = 'd' "
+            f"AND item_rowid IN ({marks(len(chunk))})", [seq, *chunk])}
+
     def changed_since(self, seq: int, limit: int) -> tuple[list[int], int]:
         pairs, reached = self.text_changes(seq, limit)
         return list(dict.fromkeys(r for _, r in pairs)), reached
