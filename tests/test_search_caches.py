@@ -170,3 +170,24 @@ def test_items_read_by_a_stale_rowid_are_the_right_ones(tmp_path: Path) -> None:
     assert [i.id for i in reader.backend.get(["a", "e"], include_expired=True, now=later)] == ["a", "e"]
     reader.close()
     writer.close()
+
+
+def test_reads_through_the_memory_map_see_another_connections_writes(tmp_path: Path) -> None:
+    """File stores read pages through a memory map (MMAP_MB; 0 turns it off); a write that
+    grows the file past the mapped size, by another connection, is still read."""
+    path = tmp_path / "kb.db"
+    reader = open_kb(path)
+    plain = hybridkb.open(str(path), embedder=HashingEmbedder(32), mmap_mb=0)
+    assert reader.backend._read("PRAGMA mmap_size")[0][0] > 0
+    assert plain.backend._read("PRAGMA mmap_size")[0][0] == 0
+    reader.add("walrus colony census", id="seed")
+    assert [h.id for h in reader.search("walrus", mode="fts").hits] == ["seed"]
+    writer = open_kb(path)
+    writer.add_many([{"id": f"w{i}", "text": f"walrus tusk {i} " + "filler words " * 200}
+                     for i in range(300)])  # a few hundred pages past what was mapped
+    for kb in (reader, plain):
+        found = {h.id for h in kb.search("walrus tusk", mode="fts", limit=400).hits}
+        assert found == {"seed"} | {f"w{i}" for i in range(300)}
+        assert kb.get("w299") is not None and kb.get("w299").text.startswith("walrus tusk 299")
+    for kb in (reader, plain, writer):
+        kb.close()

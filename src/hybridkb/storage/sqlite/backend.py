@@ -44,6 +44,10 @@ from .tables import marks as _marks
 __all__ = ["BUSY_TIMEOUT_S", "DEFAULT_BM25_WEIGHTS", "SQLiteBackend", "filter_sql", "open_sqlite"]
 
 BUSY_TIMEOUT_S = 30.0
+# Pages read through a memory map instead of a read() call each: a search's first read of
+# the items it shows took about half the time (docs/benchmarks.md). SQLite clamps it to its
+# build's limit (2 GB in some builds); 0 turns it off.
+MMAP_MB = 64 * 1024
 CONCURRENT_MIN = 20_000  # items past which a hybrid search's two retrievals run at once
 _READ_COLUMNS = ", ".join(records.READ_COLUMNS)
 
@@ -52,7 +56,7 @@ class SQLiteBackend:
     """One SQLite file (or ":memory:"). Thread-safe through one lock per store."""
 
     def __init__(self, path: str | Path, *, bm25_weights: tuple[float, float] = DEFAULT_BM25_WEIGHTS,
-                 cache_mb: int = 64, index_dir: str | Path | None = None,
+                 cache_mb: int = 64, mmap_mb: int = MMAP_MB, index_dir: str | Path | None = None,
                  progress: ProgressFactory = no_progress, vector_ann: str | None = None) -> None:
         self.path = str(path)
         self.url = self.path
@@ -80,6 +84,7 @@ class SQLiteBackend:
                 self._conn.execute("PRAGMA journal_mode = WAL")
             self._conn.execute("PRAGMA synchronous = NORMAL")
             self._conn.execute(f"PRAGMA cache_size = {-1024 * int(cache_mb)}")
+            self._conn.execute(f"PRAGMA mmap_size = {1024 * 1024 * int(mmap_mb)}")
             self._conn.execute("PRAGMA foreign_keys = ON")
             with self._write() as conn:
                 newer = sqlite_driver.migrate(conn)
