@@ -32,7 +32,7 @@ from ..indexes.vectors import ANN_MODES, VectorIndexSync, knn
 from ..records import DEFAULT_BM25_WEIGHTS, META_PENDING_VECTOR_DIM, META_VECTOR_DIM
 from . import driver as sqlite_driver
 from . import maintenance
-from .changes import DOC_COLUMNS, SQLiteChanges, prune_passed, text_doc
+from .changes import DOC_COLUMNS, SQLiteChanges, doc_of_item, prune_passed, text_doc
 from .filters import filter_sql
 from .reads import Memo
 from .tables import SET_META as _SET_META
@@ -265,10 +265,14 @@ class SQLiteBackend:
         dim = self.vector_dim()
         conflict = records.ON_CONFLICT_REPLACE if replace else ""
         feeding = self._text.is_feeding()  # a bulk write: the batch goes to the text index too
+        # A replaced row keeps some stored values (created_at...): its document is read back.
+        # An inserted row holds what the item says.
         sql = (f"INSERT INTO items ({', '.join(records.WRITE_COLUMNS)}) "
                f"VALUES ({_marks(len(records.WRITE_COLUMNS))}) {conflict} RETURNING embedded_hash, "
-               + (DOC_COLUMNS if feeding else "rowid"))
+               + (DOC_COLUMNS if feeding and replace else "rowid"))
         docs: list[TextDoc] = []
+        vector_rows: list[tuple[int, bytes]] = []
+        dropped: list[int] = []  # rows whose old vector goes (a new row has none)
         try:
             with self._write() as conn:
                 self._prune_log(conn)
@@ -279,13 +283,15 @@ class SQLiteBackend:
                     rowid = row[0]
                     if vec is not None:
                         codec.check_dim(vec, dim, label=f"item {item.id!r}: vector")
-                        conn.execute("DELETE FROM vec_items WHERE rowid = ?", (rowid,))
-                        conn.execute("INSERT INTO vec_items (rowid, embedding) VALUES (?, ?)",
-                                     (rowid, codec.to_blob(vec)))
-                    elif kept_hash is None and dim is not None:
-                        conn.execute("DELETE FROM vec_items WHERE rowid = ?", (rowid,))
+                        vector_rows.append((rowid, codec.to_blob(vec)))
+                    if replace and dim is not None and (vec is not None or kept_hash is None):
+                        dropped.append(rowid)
                     if feeding:
-                        docs.append(text_doc(row))
+                        docs.append(text_doc(row) if replace else doc_of_item(rowid, item))
+                for chunk in _chunks(dropped):
+                    conn.execute(f"DELETE FROM vec_items WHERE rowid IN ({_marks(len(chunk))})", chunk)
+                if vector_rows:
+                    conn.executemany("INSERT INTO vec_items (rowid, embedding) VALUES (?, ?)", vector_rows)
                 last_seq = self._log_head(conn)
         except (UnicodeEncodeError, OverflowError) as exc:
             raise InvalidInputError(f"a value cannot be stored: {exc}") from exc

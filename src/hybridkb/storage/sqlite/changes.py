@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ...model import Item
 from .. import codec
 from ..indexes.text_schema import TextDoc
 from ..indexes.vector_base import Batch
@@ -37,6 +38,17 @@ def text_doc(row: Sequence[Any]) -> TextDoc:
         repo=row[6], namespace=row[7], metadata=metadata if isinstance(metadata, dict) else {},
         created_at=float(row[9] or 0.0), updated_at=float(row[10] or 0.0),
         expires_at=row[11], stale=bool(row[12]))
+
+
+def doc_of_item(rowid: int, item: Item) -> TextDoc:
+    """The document of an item just inserted (what `text_doc` would read back from its row:
+    metadata through JSON, as stored)."""
+    metadata = item.metadata if isinstance(item.metadata, dict) else {}
+    return TextDoc(
+        rowid=int(rowid), title=item.title, text=item.text or "", corpus=item.corpus, kind=item.kind,
+        scope=item.scope, repo=item.repo, namespace=item.namespace, metadata=metadata,
+        created_at=float(item.created_at or 0.0), updated_at=float(item.updated_at or 0.0),
+        expires_at=item.expires_at, stale=bool(item.stale))
 
 
 class SQLiteChanges:
