@@ -5,6 +5,8 @@ expiring between two searches. Real SQLite files and real indexes beside them.""
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -173,21 +175,52 @@ def test_items_read_by_a_stale_rowid_are_the_right_ones(tmp_path: Path) -> None:
 
 
 def test_reads_through_the_memory_map_see_another_connections_writes(tmp_path: Path) -> None:
-    """File stores read pages through a memory map (MMAP_MB; 0 turns it off); a write that
-    grows the file past the mapped size, by another connection, is still read."""
+    """With `mmap_mb` pages are read through a memory map; a write by another connection
+    that grows the file past what was mapped is still read."""
     path = tmp_path / "kb.db"
-    reader = open_kb(path)
-    plain = hybridkb.open(str(path), embedder=HashingEmbedder(32), mmap_mb=0)
-    assert reader.backend._read("PRAGMA mmap_size")[0][0] > 0
-    assert plain.backend._read("PRAGMA mmap_size")[0][0] == 0
-    reader.add("walrus colony census", id="seed")
-    assert [h.id for h in reader.search("walrus", mode="fts").hits] == ["seed"]
+    mapped = hybridkb.open(str(path), embedder=HashingEmbedder(32), mmap_mb=1024)
+    plain = open_kb(path)
+    assert mapped.backend._read("PRAGMA mmap_size")[0][0] > 0
+    assert plain.backend._read("PRAGMA mmap_size")[0][0] == 0  # the default
+    mapped.add("walrus colony census", id="seed")
+    assert [h.id for h in mapped.search("walrus", mode="fts").hits] == ["seed"]
     writer = open_kb(path)
     writer.add_many([{"id": f"w{i}", "text": f"walrus tusk {i} " + "filler words " * 200}
                      for i in range(300)])  # a few hundred pages past what was mapped
-    for kb in (reader, plain):
+    for kb in (mapped, plain):
         found = {h.id for h in kb.search("walrus tusk", mode="fts", limit=400).hits}
         assert found == {"seed"} | {f"w{i}" for i in range(300)}
-        assert kb.get("w299") is not None and kb.get("w299").text.startswith("walrus tusk 299")
-    for kb in (reader, plain, writer):
+        item = kb.get("w299")
+        assert item is not None and item.text.startswith("walrus tusk 299")
+    for kb in (mapped, plain, writer):
         kb.close()
+
+
+_TRUNCATED = """
+import os, sys
+import hybridkb
+from hybridkb import HashingEmbedder
+path = sys.argv[1]
+kb = hybridkb.open(path, embedder=HashingEmbedder(32))
+kb.add_many([{"id": f"i{i}", "text": f"walrus {i} " + "filler " * 300} for i in range(1500)])
+kb.backend._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+other = hybridkb.open(path, embedder=HashingEmbedder(32))
+assert other.get("i1499") is not None
+os.truncate(path, os.path.getsize(path) // 3)
+try:
+    other.get("i1499")
+    other.search("walrus 1499", mode="fts")
+except hybridkb.HybridKBError as exc:
+    print("error:", type(exc).__name__)
+else:
+    print("no error")
+"""
+
+
+def test_a_store_file_truncated_under_an_open_handle_raises_not_crashes(tmp_path: Path) -> None:
+    """By default pages are read with read(): a file cut short under an open handle is a
+    StoreError. (Through a memory map, the default's alternative, the process dies of SIGBUS.)"""
+    done = subprocess.run([sys.executable, "-c", _TRUNCATED, str(tmp_path / "kb.db")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "error: StoreError"

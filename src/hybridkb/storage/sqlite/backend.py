@@ -44,10 +44,11 @@ from .tables import marks as _marks
 __all__ = ["BUSY_TIMEOUT_S", "DEFAULT_BM25_WEIGHTS", "SQLiteBackend", "filter_sql", "open_sqlite"]
 
 BUSY_TIMEOUT_S = 30.0
-# Pages read through a memory map instead of a read() call each: a search's first read of
-# the items it shows took about half the time (docs/benchmarks.md). SQLite clamps it to its
-# build's limit (2 GB in some builds); 0 turns it off.
-MMAP_MB = 64 * 1024
+# Off by default: reading pages through a memory map (`mmap_mb`, e.g. 65536) cuts a
+# search's first read of its items by about 40%, but a store file truncated or unreadable under an
+# open handle then kills the process with SIGBUS instead of raising StoreError
+# (docs/benchmarks.md, ninth pass). SQLite clamps it to its build's limit.
+MMAP_MB = 0
 CONCURRENT_MIN = 20_000  # items past which a hybrid search's two retrievals run at once
 _READ_COLUMNS = ", ".join(records.READ_COLUMNS)
 
