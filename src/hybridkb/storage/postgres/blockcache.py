@@ -1,0 +1,220 @@
+"""The BM25 index's blocks as the client last read them, kept across searches (issue #16).
+
+At 1,000,000 items a query's terms hold 20,000 to 1,100,000 postings, and reading,
+sending and parsing them was most of its time; the words that cost most (high df) are the
+ones queries share. So a store object keeps the blocks it has parsed, and a read names
+the blocks it holds: the server sends a block's `packed` bytes only when the client does
+not have that block, and its identity otherwise, in the same statement (one snapshot).
+
+A block is known by its row version: (ctid, xmin) within one file of `bm25_blocks`
+(pg_relation_filenode), on one server run (pg_postmaster_start_time) and database. Every
+change to a block (postings added by a merge, a delete, a text change) writes a new row
+version, with a new ctid or xmin, and no version is changed in place; a ctid freed by
+VACUUM is taken again only by a row of a later transaction (another xmin), and a table
+rewritten by VACUUM FULL, CLUSTER or TRUNCATE gets a new file. The statement returns its
+scope (file, server start, database) so a client whose scope went stale asks again for
+every block. (xid wraparound, 2^32 transactions, is the one way an identity could return;
+a server that lives that long is restarted by then in practice.)
+
+Each term's postings are weighed once per (blocks, idf, average length, field weights):
+a store that nobody writes to meanwhile weighs nothing again (`weighed`).
+
+Memory is bounded (`max_bytes`, least recently used out); the cache is safe to share
+between threads (one lock around its dict).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import topk
+
+if TYPE_CHECKING:
+    from psycopg import Connection
+
+DEFAULT_MB = 512  # about 16 million postings (the decoded block and its term's weights)
+_HEADER = 20  # array_send of a one-dimensional array: ndim, flags, type, length, lower bound
+# A block's `packed` bytes: array_send of rowids, nt, nb, dl end to end; each element is
+# a 4-byte length and the value (8, 2, 2 and 4 bytes).
+_PACKED = ((8, ">i8", np.int64), (2, ">i2", np.int16), (2, ">i2", np.int16), (4, ">i4", np.int32))
+_STRUCT = [np.dtype([("len", ">i4"), ("v", code)]) for _, code, _ in _PACKED]
+# What identifies a block's row version and the file, server run and database it is in.
+_SCOPE = ("(SELECT pg_relation_filenode('bm25_blocks'::regclass)::text || '/' || "
+          "pg_postmaster_start_time()::text || '/' || d.oid::text "
+          "FROM pg_database d WHERE d.datname = current_database())")
+# Every block of the terms' lexemes; `packed` only for those the client does not name.
+READ_ALL = """
+SELECT r.slot, b.n, b.ctid::text || '/' || b.xmin::text AS key,
+       CASE WHEN b.ctid::text || '/' || b.xmin::text = ANY(%s::text[]) THEN NULL
+            ELSE b.packed END,
+       """ + _SCOPE + """
+FROM unnest(%s::text[], %s::int[]) AS r (lexeme, slot)
+JOIN bm25_blocks b ON b.lexeme = r.lexeme
+WHERE {in_corpora} AND b.rowids IS NOT NULL
+"""
+
+
+class Block:
+    """A block's postings, parsed: rowids (int64), title and text counts (int16) and the
+    document lengths (int32)."""
+
+    __slots__ = ("dl", "ids", "nb", "nt")
+
+    def __init__(self, ids: Any, nt: Any, nb: Any, dl: Any) -> None:
+        self.ids, self.nt, self.nb, self.dl = ids, nt, nb, dl
+
+    @classmethod
+    def parse(cls, packed: bytes, n: int) -> Block:
+        """A block from its `packed` bytes; each column read in place, converted once."""
+        columns = []
+        at = 0
+        for (width, _, native), dtype in zip(_PACKED, _STRUCT, strict=True):
+            view = np.frombuffer(packed, dtype, count=n, offset=at + _HEADER)["v"]
+            columns.append(view.astype(native))
+            at += _HEADER + n * (4 + width)
+        return cls(*columns)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.ids.nbytes + self.nt.nbytes + self.nb.nbytes + self.dl.nbytes)
+
+
+def join(blocks: Sequence[Block]) -> tuple[Any, Any, Any, Any]:
+    """Rowids (int64) and nt, nb, dl (float64) of blocks end to end."""
+    def cat(parts: list[Any], dtype: Any) -> Any:
+        return np.concatenate(parts, dtype=dtype, casting="safe") if parts else np.zeros(0, dtype)
+
+    return (cat([b.ids for b in blocks], np.int64), cat([b.nt for b in blocks], np.float64),
+            cat([b.nb for b in blocks], np.float64), cat([b.dl for b in blocks], np.float64))
+
+
+def weigh(nt: Any, nb: Any, dl: Any, idf: float, weights: tuple[float, float],
+          avgdl: float) -> Any:
+    """BM25 weights of postings, in the exact statement's order of operations (sql.py), to
+    the last bit."""
+    tf = weights[0] * nt + weights[1] * nb
+    return idf * tf * (topk.K1 + 1) / (tf + topk.K1 * (1 - topk.B + topk.B * dl / avgdl))
+
+
+class BlockCache:
+    """Parsed blocks by (scope, key) and weighed terms, least recently used out past
+    `max_bytes`. `max_bytes` 0 keeps nothing (every read asks for every block)."""
+
+    def __init__(self, max_bytes: int = DEFAULT_MB << 20) -> None:
+        self.max_bytes = int(max_bytes)
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._bytes = 0
+        self._known: dict[tuple[str, str], list[str]] = {}  # (scope, lexeme) -> block keys
+        self.scope = ""  # of the last read (a read names blocks of this scope)
+        self.hits = self.misses = 0  # blocks named and found / sent by the server
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def get(self, key: Hashable) -> Any:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            self._entries.move_to_end(key)
+            return entry[0]
+
+    def put(self, key: Hashable, value: Any, nbytes: int) -> None:
+        if nbytes > self.max_bytes // 4:  # one value never takes most of the room
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            self._entries[key] = (value, nbytes)
+            self._bytes += nbytes
+            while self._bytes > self.max_bytes and self._entries:
+                _, (_, size) = self._entries.popitem(last=False)
+                self._bytes -= size
+
+    def held(self, scope: str, lexemes: Sequence[str]) -> dict[str, Block]:
+        """The blocks held of these lexemes' last read in `scope`, by key (taken now: an
+        eviction meanwhile does not lose them)."""
+        out: dict[str, Block] = {}
+        for lexeme in lexemes:
+            for key in self._known.get((scope, lexeme), ()):
+                block = self.get((scope, key))
+                if block is not None:
+                    out[key] = block
+        return out
+
+    def remember(self, scope: str, lexeme: str, keys: list[str]) -> None:
+        with self._lock:
+            if scope != self.scope:
+                self._known = {k: v for k, v in self._known.items() if k[0] == scope}
+                self.scope = scope
+            self._known[(scope, lexeme)] = keys
+
+
+def read_all(conn: Connection[Any], cache: BlockCache, statement: Any, params: list[Any],
+             lexemes: list[str], parts: list[list[int]],
+             ) -> tuple[str, dict[int, list[tuple[str | None, Block]]]]:
+    """Every block of the terms' lexemes (`lexemes[slot]`), per slot as (key, block) pairs,
+    in `parts` statements sent at once (a pipeline), `packed` sent only for the blocks the
+    cache does not hold; and the scope they are in."""
+    scope = cache.scope
+    held = cache.held(scope, lexemes) if scope and cache.max_bytes else {}
+    names = list(held)
+    with conn.pipeline():
+        cursors = [conn.cursor(binary=True).execute(statement, [
+            names, [lexemes[i] for i in part], part, *params]) for part in parts]
+        rows = [row for cursor in cursors for row in cursor.fetchall()]
+    got = rows[0][4] if rows else scope
+    if names and got != scope:  # another file, server run or database: ask for everything
+        with conn.pipeline():
+            cursors = [conn.cursor(binary=True).execute(statement, [
+                [], [lexemes[i] for i in part], part, *params]) for part in parts]
+            rows = [row for cursor in cursors for row in cursor.fetchall()]
+        held = {}
+        got = rows[0][4] if rows else got
+    by_slot: dict[int, list[tuple[str | None, Block]]] = {}
+    keys: dict[int, list[str]] = {}
+    for slot, n, key, packed, _scope in rows:
+        keys.setdefault(slot, []).append(key)
+        if not n:
+            continue
+        if packed is None:
+            block = held[key]
+            cache.hits += 1
+        else:
+            block = Block.parse(packed, n)
+            cache.misses += 1
+            if cache.max_bytes:
+                cache.put((got, key), block, block.nbytes)
+        by_slot.setdefault(slot, []).append((key, block))
+    if cache.max_bytes:
+        for slot, lexeme in enumerate(lexemes):
+            cache.remember(got, lexeme, keys.get(slot, []))
+    return got, by_slot
+
+
+def term_postings(cache: BlockCache, scope: str, blocks: list[tuple[str | None, Block]],
+                  idf: float, weights: tuple[float, float], avgdl: float,
+                  ) -> tuple[Any, Any, Any]:
+    """A term's rowids, weights and document lengths from its blocks ((key, block) pairs),
+    weighed once per (blocks, idf, average length, field weights) when every block has a
+    key (all of the term's blocks were read)."""
+    keys = sorted(k for k, _ in blocks if k is not None)
+    memo = bool(cache.max_bytes and scope and len(keys) == len(blocks))
+    key = ("w", scope, tuple(keys), idf, avgdl, weights)
+    found = cache.get(key) if memo else None
+    if found is not None:
+        return found  # type: ignore[no-any-return]
+    ids, nt, nb, dl = join([b for _, b in blocks])
+    weight = weigh(nt, nb, dl, idf, weights, avgdl)
+    value = (ids, weight, dl)
+    if memo:
+        cache.put(key, value, int(ids.nbytes + weight.nbytes + dl.nbytes))
+    return value
