@@ -202,8 +202,9 @@ def read_all(conn: Connection[Any], cache: BlockCache, statement: Any, params: l
 
 def term_postings(cache: BlockCache, scope: str, blocks: list[tuple[str | None, Block]],
                   idf: float, weights: tuple[float, float], avgdl: float,
-                  ) -> tuple[Any, Any, Any]:
-    """A term's rowids, weights and document lengths from its blocks ((key, block) pairs),
+                  ) -> tuple[Any, Any, Any, float]:
+    """A term's rowids, weights, document lengths and largest weight from its blocks
+    ((key, block) pairs),
     weighed once per (blocks, idf, average length, field weights) when every block has a
     key (all of the term's blocks were read)."""
     keys = sorted(k for k, _ in blocks if k is not None)
@@ -214,7 +215,7 @@ def term_postings(cache: BlockCache, scope: str, blocks: list[tuple[str | None, 
         return found  # type: ignore[no-any-return]
     ids, nt, nb, dl = join([b for _, b in blocks])
     weight = weigh(nt, nb, dl, idf, weights, avgdl)
-    value = (ids, weight, dl)
+    value = (ids, weight, dl, float(weight.max()) if len(weight) else 0.0)
     if memo:
         cache.put(key, value, int(ids.nbytes + weight.nbytes + dl.nbytes))
     return value

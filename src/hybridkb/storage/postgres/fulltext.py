@@ -333,6 +333,7 @@ class _Run:
         self.read_all_sql, _ = _fmt(blockcache.READ_ALL, area, "b")
         self.blocks = blockcache.BlockCache(0)  # blocks across searches (none kept: 0)
         self.scope = ""  # the blocks' (blockcache.read_all)
+        self.at_hand: dict[int, tuple[topk.Ints, topk.Floats, float]] = {}  # slot: all postings
         # Rowids no search may return, when that set is known (no other filter): then every
         # other document passes, and only ids are fetched, those not in `ids` (IdCache).
         self.excluded: Any = excluded
@@ -406,6 +407,12 @@ class _Run:
         document's sum of weights is its score (a phrase's part a bound, confirmed at the
         end). Seen.bounds would give the same candidates in several more passes."""
         self.postings = self._read_all()
+        if self.excluded is not None and self.exact.all() and len(self.at_hand) == len(self.plans):
+            found = topk.essential_top([self.at_hand[i] for i in range(len(self.plans))],
+                                       np.sort(self.excluded), self.limit)
+            if found is not None:  # every candidate scored exactly: all known, all held
+                known = np.ones(len(found[0]), dtype=bool)
+                return self._finish(found[0], found[1], known, known, self.limit)
         docs, lower, phrase, held, phrased = self.seen.totals(self.exact)
         passing, possible = self._passing(docs, lower)
         theta = topk.threshold(lower, passing, self.limit)
@@ -479,13 +486,14 @@ class _Run:
         read = 0
         for slot, parts in blocks.items():  # Seen sums them in term order, whatever this one
             plan = self.plans[slot]
-            ids, weight, dl = blockcache.term_postings(
+            ids, weight, dl, most = blockcache.term_postings(
                 self.blocks, self.scope, parts, plan.idf, self.weights, self.avgdl)
             read += len(ids)
             members = self.members[slot]
             if members is not None:  # a phrase: only the documents that hold it
                 keep = _within(ids, members)
                 ids, weight, dl = ids[keep], weight[keep], dl[keep]
+            self.at_hand[slot] = (ids, weight, most)
             self.seen.add(slot, ids, weight, plan.exact, dl)
         return read
 

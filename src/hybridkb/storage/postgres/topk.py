@@ -316,3 +316,56 @@ def best(lower: Floats, pool: npt.NDArray[np.bool_], n: int) -> Ints:
         places = places[np.argpartition(-lower[places], n - 1)[:n]]
     order: Ints = places[np.argsort(-lower[places], kind="stable")].astype(np.int64, copy=False)
     return order
+
+
+def essential_top(terms: list[tuple[Ints, Floats, float]], excluded: Ints, k: int,
+                  ) -> tuple[Ints, Floats] | None:
+    """MaxScore over terms whose every posting is at hand (Turtle & Flood 1995): the
+    documents whose score reaches the k-th best score among those not `excluded` (sorted),
+    with their scores, or None when no term can be left out (then summing every posting is
+    cheaper). `terms[slot]` = (rowids, weights, the largest weight), single-lexeme terms.
+
+    The documents of the term with the largest weight, scored exactly, give a threshold;
+    a document found only in terms whose largest weights sum below it cannot reach the
+    k-th score, so only the documents of the other terms ("essential") are scored. Scores
+    add the terms' weights in slot order, as the sums over every posting do (to the bit)."""
+    order = sorted(range(len(terms)), key=lambda i: -terms[i][2])
+    high = max(int(ids.max()) for ids, _, _ in terms if len(ids))
+    first = terms[order[0]][0]
+    docs, scores = _scored(terms, first, high)
+    theta = threshold(scores, ~_member(docs, excluded), k)
+    rest = np.cumsum([terms[i][2] for i in order][::-1])[::-1]  # rest[j]: order[j:] summed
+    essential = next((j for j in range(1, len(order)) if rest[j] * (1 + SLACK) ** 2 < theta),
+                     None)
+    if essential is None:
+        return None
+    if essential > 1:
+        docs = np.unique(np.concatenate([terms[i][0] for i in order[:essential]]))
+        docs, scores = _scored(terms, docs, high)
+    passing = ~_member(docs, excluded)
+    theta = threshold(scores, passing, k)
+    keep = passing & (scores * (1 + SLACK) >= theta)
+    return docs[keep], scores[keep]
+
+
+def _scored(terms: list[tuple[Ints, Floats, float]], docs: Ints, high: int,
+            ) -> tuple[Ints, Floats]:
+    """Distinct `docs` ascending and their scores: each term's weights added in slot order."""
+    docs = np.unique(docs)
+    marked = np.zeros(high + 2, dtype=bool)
+    marked[docs] = True
+    scores: Floats = np.zeros(len(docs))
+    for ids, weights, _ in terms:
+        hit = marked[ids]
+        at = np.searchsorted(docs, ids[hit])
+        scores = scores + np.bincount(at, weights=weights[hit], minlength=len(docs))
+    return docs, scores
+
+
+def _member(values: Ints, members: Ints) -> npt.NDArray[np.bool_]:
+    """Which of `values` are in the sorted array `members`."""
+    if not len(members) or not len(values):
+        return np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(members, values), len(members) - 1)
+    out: npt.NDArray[np.bool_] = members[at] == values
+    return out
