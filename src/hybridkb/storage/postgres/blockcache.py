@@ -165,20 +165,26 @@ def read_all(conn: Connection[Any], cache: BlockCache, statement: Any, params: l
     in `parts` statements sent at once (a pipeline), `packed` sent only for the blocks the
     cache does not hold; and the scope they are in."""
     scope = cache.scope
-    held = cache.held(scope, lexemes) if scope and cache.max_bytes else {}
-    names = list(held)
-    with conn.pipeline():
-        cursors = [conn.cursor(binary=True).execute(statement, [
-            names, [lexemes[i] for i in part], part, *params]) for part in parts]
-        rows = [row for cursor in cursors for row in cursor.fetchall()]
-    got = rows[0][4] if rows else scope
-    if names and got != scope:  # another file, server run or database: ask for everything
+    use = bool(scope and cache.max_bytes)
+    held = [cache.held(scope, [lexemes[i] for i in part]) if use else {} for part in parts]
+
+    def send(names: list[dict[str, Block]]) -> list[Any]:
+        if len(parts) == 1:  # a pipeline costs a round trip more
+            return conn.cursor(binary=True).execute(statement, [
+                list(names[0]), [lexemes[i] for i in parts[0]], parts[0], *params]).fetchall()
         with conn.pipeline():
             cursors = [conn.cursor(binary=True).execute(statement, [
-                [], [lexemes[i] for i in part], part, *params]) for part in parts]
-            rows = [row for cursor in cursors for row in cursor.fetchall()]
-        held = {}
+                list(known), [lexemes[i] for i in part], part, *params])
+                for known, part in zip(names, parts, strict=True)]
+            return [row for cursor in cursors for row in cursor.fetchall()]
+
+    rows = send(held)
+    got = rows[0][4] if rows else scope
+    if got != scope and any(held):  # another file, server run or database: ask for all
+        held = [{} for _ in parts]
+        rows = send(held)
         got = rows[0][4] if rows else got
+    known = {key: block for part in held for key, block in part.items()}
     by_slot: dict[int, list[tuple[str | None, Block]]] = {}
     keys: dict[int, list[str]] = {}
     for slot, n, key, packed, _scope in rows:
@@ -186,7 +192,7 @@ def read_all(conn: Connection[Any], cache: BlockCache, statement: Any, params: l
         if not n:
             continue
         if packed is None:
-            block = held[key]
+            block = known[key]
             cache.hits += 1
         else:
             block = Block.parse(packed, n)

@@ -319,47 +319,54 @@ def best(lower: Floats, pool: npt.NDArray[np.bool_], n: int) -> Ints:
 
 
 def essential_top(terms: list[tuple[Ints, Floats, float]], excluded: Ints, k: int,
-                  ) -> tuple[Ints, Floats] | None:
+                  most: float = 0.5) -> tuple[Ints, Floats] | None:
     """MaxScore over terms whose every posting is at hand (Turtle & Flood 1995): the
     documents whose score reaches the k-th best score among those not `excluded` (sorted),
-    with their scores, or None when no term can be left out (then summing every posting is
-    cheaper). `terms[slot]` = (rowids, weights, the largest weight), single-lexeme terms.
+    with their scores; None when the terms that cannot be left out hold more than `most`
+    of the postings (then summing every posting costs less). `terms[slot]` = (rowids,
+    weights, the largest weight), single-lexeme terms.
 
-    The documents of the term with the largest weight, scored exactly, give a threshold;
-    a document found only in terms whose largest weights sum below it cannot reach the
-    k-th score, so only the documents of the other terms ("essential") are scored. Scores
-    add the terms' weights in slot order, as the sums over every posting do (to the bit)."""
+    The documents of the terms with the largest weights (enough of them for k), scored
+    exactly, give a threshold; a document found only in terms whose largest weights sum
+    below it cannot reach the k-th score, so only the documents of the other terms
+    ("essential") are scored. Scores add the terms' weights in slot order, as the sums over
+    every posting do (to the bit)."""
     order = sorted(range(len(terms)), key=lambda i: -terms[i][2])
-    high = max(int(ids.max()) for ids, _, _ in terms if len(ids))
-    first = terms[order[0]][0]
-    docs, scores = _scored(terms, first, high)
-    theta = threshold(scores, ~_member(docs, excluded), k)
+    sizes = np.cumsum([len(terms[i][0]) for i in order])
     rest = np.cumsum([terms[i][2] for i in order][::-1])[::-1]  # rest[j]: order[j:] summed
-    essential = next((j for j in range(1, len(order)) if rest[j] * (1 + SLACK) ** 2 < theta),
-                     None)
-    if essential is None:
+    first = int(np.searchsorted(sizes, k)) + 1  # the fewest best terms holding k postings
+    if first >= len(order) or sizes[first - 1] > most * sizes[-1]:
         return None
-    if essential > 1:
-        docs = np.unique(np.concatenate([terms[i][0] for i in order[:essential]]))
-        docs, scores = _scored(terms, docs, high)
+    high = max(int(ids.max()) for ids, _, _ in terms if len(ids))
+    docs, scores = _scored(terms, [terms[i][0] for i in order[:first]], high)
+    theta = threshold(scores, ~_member(docs, excluded), k)
+    essential = next((j for j in range(first, len(order))
+                      if rest[j] * (1 + SLACK) ** 2 < theta), None)
+    if essential is None or sizes[essential - 1] > most * sizes[-1]:
+        return None
+    if essential > first:
+        docs, scores = _scored(terms, [terms[i][0] for i in order[:essential]], high)
     passing = ~_member(docs, excluded)
     theta = threshold(scores, passing, k)
     keep = passing & (scores * (1 + SLACK) >= theta)
     return docs[keep], scores[keep]
 
 
-def _scored(terms: list[tuple[Ints, Floats, float]], docs: Ints, high: int,
+def _scored(terms: list[tuple[Ints, Floats, float]], of: list[Ints], high: int,
             ) -> tuple[Ints, Floats]:
-    """Distinct `docs` ascending and their scores: each term's weights added in slot order."""
-    docs = np.unique(docs)
-    marked = np.zeros(high + 2, dtype=bool)
-    marked[docs] = True
-    scores: Floats = np.zeros(len(docs))
+    """The documents holding any of `of` (rowid arrays), ascending, and their scores: each
+    term's weights added in slot order."""
+    place = np.zeros(high + 2, dtype=np.int32)
+    for ids in of:
+        place[ids] = 1
+    docs: Ints = np.flatnonzero(place).astype(np.int64)
+    place[docs] = np.arange(1, len(docs) + 1, dtype=np.int32)  # 0: not a document scored
+    scores: Floats = np.zeros(len(docs) + 1)
     for ids, weights, _ in terms:
-        hit = marked[ids]
-        at = np.searchsorted(docs, ids[hit])
-        scores = scores + np.bincount(at, weights=weights[hit], minlength=len(docs))
-    return docs, scores
+        at = place[ids]
+        hit = at > 0
+        scores = scores + np.bincount(at[hit], weights=weights[hit], minlength=len(docs) + 1)
+    return docs, scores[1:]
 
 
 def _member(values: Ints, members: Ints) -> npt.NDArray[np.bool_]:
