@@ -47,10 +47,13 @@ _STRUCT = [np.dtype([("len", ">i4"), ("v", code)]) for _, code, _ in _PACKED]
 _SCOPE = ("(SELECT pg_relation_filenode('bm25_blocks'::regclass)::text || '/' || "
           "pg_postmaster_start_time()::text || '/' || d.oid::text "
           "FROM pg_database d WHERE d.datname = current_database())")
-# Every block of the terms' lexemes; `packed` only for those the client does not name.
+# Every block of the terms' lexemes (a lexeme per term, not each of its buckets: hundreds
+# of parameters, as many index probes); `packed` only for those the client does not name,
+# looked up in a hashed subplan (`= ANY(array)` is hashed only when the array is a
+# constant, which a generic plan's parameter is not).
 READ_ALL = """
 SELECT r.slot, b.n, b.ctid::text || '/' || b.xmin::text AS key,
-       CASE WHEN b.ctid::text || '/' || b.xmin::text = ANY(%s::text[]) THEN NULL
+       CASE WHEN b.ctid::text || '/' || b.xmin::text IN (SELECT unnest(%s::text[])) THEN NULL
             ELSE b.packed END,
        """ + _SCOPE + """
 FROM unnest(%s::text[], %s::int[]) AS r (lexeme, slot)
