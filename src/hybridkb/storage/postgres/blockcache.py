@@ -50,10 +50,12 @@ _SCOPE = ("(SELECT pg_relation_filenode('bm25_blocks'::regclass)::text || '/' ||
 # Every block of the terms' lexemes (a lexeme per term, not each of its buckets: hundreds
 # of parameters, as many index probes); `packed` only for those the client does not name,
 # looked up in a hashed subplan (`= ANY(array)` is hashed only when the array is a
-# constant, which a generic plan's parameter is not).
+# constant, which a generic plan's parameter is not). The keys go as one string: psycopg
+# took 11.7 ms to send 1,000 of them as a text[] (each quoted), 0.5 ms joined.
 READ_ALL = """
 SELECT r.slot, b.n, b.ctid::text || '/' || b.xmin::text AS key,
-       CASE WHEN b.ctid::text || '/' || b.xmin::text IN (SELECT unnest(%s::text[])) THEN NULL
+       CASE WHEN b.ctid::text || '/' || b.xmin::text IN (
+                SELECT unnest(string_to_array(%s, ' '))) THEN NULL
             ELSE b.packed END,
        """ + _SCOPE + """
 FROM unnest(%s::text[], %s::int[]) AS r (lexeme, slot)
@@ -174,10 +176,10 @@ def read_all(conn: Connection[Any], cache: BlockCache, statement: Any, params: l
     def send(names: list[dict[str, Block]]) -> list[Any]:
         if len(parts) == 1:  # a pipeline costs a round trip more
             return conn.cursor(binary=True).execute(statement, [
-                list(names[0]), [lexemes[i] for i in parts[0]], parts[0], *params]).fetchall()
+                " ".join(names[0]), [lexemes[i] for i in parts[0]], parts[0], *params]).fetchall()
         with conn.pipeline():
             cursors = [conn.cursor(binary=True).execute(statement, [
-                list(known), [lexemes[i] for i in part], part, *params])
+                " ".join(known), [lexemes[i] for i in part], part, *params])
                 for known, part in zip(names, parts, strict=True)]
             return [row for cursor in cursors for row in cursor.fetchall()]
 
