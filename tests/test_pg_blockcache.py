@@ -44,7 +44,13 @@ def _compare(reader: hybridkb.KnowledgeBase, exact: hybridkb.KnowledgeBase) -> N
             assert dict(got).get(doc, dict(want).get(doc)) == pytest.approx(tied, rel=1e-9), text
 
 
-def test_cached_blocks_follow_other_connections_writes(pg_url: str) -> None:
+@pytest.mark.parametrize("parts", [1, 4])
+def test_cached_blocks_follow_other_connections_writes(pg_url: str, parts: int,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from hybridkb.storage.postgres import fulltext
+
+    if parts > 1:  # several pipelined statements, each naming its own blocks
+        monkeypatch.setattr(fulltext, "PART_MIN", 1)
     reader = hybridkb.open(pg_url, embedder=None)
     writer = hybridkb.open(pg_url, embedder=None)
     exact = hybridkb.open(pg_url, embedder=None, bm25_search="exact")

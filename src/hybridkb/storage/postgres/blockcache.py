@@ -25,9 +25,10 @@ between threads (one lock around its dict).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -164,51 +165,68 @@ class BlockCache:
 
 
 def read_all(conn: Connection[Any], cache: BlockCache, statement: Any, params: list[Any],
-             lexemes: list[str], parts: list[list[int]],
+             lexemes: list[str], sizes: list[int],
+             split: Callable[[list[int]], list[list[int]]],
              ) -> tuple[str, dict[int, list[tuple[str | None, Block]]]]:
-    """Every block of the terms' lexemes (`lexemes[slot]`), per slot as (key, block) pairs,
-    in `parts` statements sent at once (a pipeline), `packed` sent only for the blocks the
-    cache does not hold; and the scope they are in."""
+    """Every block of the terms' lexemes (`lexemes[slot]`, holding `sizes[slot]`
+    postings), per slot as (key, block) pairs, `packed` sent only for the blocks the cache
+    does not hold; and the scope they are in. The slots go in the statements `split` makes
+    of the postings to send, all sent at once (a pipeline)."""
     scope = cache.scope
     use = bool(scope and cache.max_bytes)
-    held = [cache.held(scope, [lexemes[i] for i in part]) if use else {} for part in parts]
+    mine = [cache.held(scope, [lexeme]) if use else {} for lexeme in lexemes]
+    parts = split([max(0, size - sum(len(b.ids) for b in held.values()))
+                   for size, held in zip(sizes, mine, strict=True)])
+    held = [{k: b for i in part for k, b in mine[i].items()} for part in parts]
+    got, by_slot = _receive(conn, cache, statement, params, lexemes, parts, held)
+    if got is None:  # another file, server run or database than the names': ask for all
+        got, by_slot = _receive(conn, cache, statement, params, lexemes, parts,
+                                [{} for _ in parts])
+    return got or "", by_slot
 
-    def send(names: list[dict[str, Block]]) -> list[Any]:
-        if len(parts) == 1:  # a pipeline costs a round trip more
-            return conn.cursor(binary=True).execute(statement, [
-                " ".join(names[0]), [lexemes[i] for i in parts[0]], parts[0], *params]).fetchall()
-        with conn.pipeline():
-            cursors = [conn.cursor(binary=True).execute(statement, [
-                " ".join(known), [lexemes[i] for i in part], part, *params])
-                for known, part in zip(names, parts, strict=True)]
-            return [row for cursor in cursors for row in cursor.fetchall()]
 
-    rows = send(held)
-    got = rows[0][4] if rows else scope
-    if got != scope and any(held):  # another file, server run or database: ask for all
-        held = [{} for _ in parts]
-        rows = send(held)
-        got = rows[0][4] if rows else got
-    known = {key: block for part in held for key, block in part.items()}
+def _receive(conn: Connection[Any], cache: BlockCache, statement: Any, params: list[Any],
+             lexemes: list[str], parts: list[list[int]], held: list[dict[str, Block]],
+             ) -> tuple[str | None, dict[int, list[tuple[str | None, Block]]]]:
+    """Send the parts' statements, each naming its `held` blocks, and parse each part's
+    blocks while the server reads the next: the blocks by slot and their scope; None when
+    blocks were named in a scope that is no longer the server's ("" when the parts'
+    scopes differ, a table rewritten between them: nothing is weighed once for good)."""
+    named, scope = any(held), cache.scope
     by_slot: dict[int, list[tuple[str | None, Block]]] = {}
-    keys: dict[int, list[str]] = {}
-    for slot, n, key, packed, _scope in rows:
-        keys.setdefault(slot, []).append(key)
-        if not n:
-            continue
-        if packed is None:
-            block = known[key]
-            cache.hits += 1
-        else:
-            block = Block.parse(packed, n)
-            cache.misses += 1
+    scopes: set[str] = set()
+    with contextlib.ExitStack() as stack:
+        if len(parts) > 1:  # one statement alone goes without a pipeline (a round trip less)
+            stack.enter_context(conn.pipeline())
+        cursors = [conn.cursor(binary=True).execute(statement, [
+            " ".join(known), [lexemes[i] for i in part], part, *params])
+            for known, part in zip(held, parts, strict=True)]
+        for cursor, known, part in zip(cursors, held, parts, strict=True):
+            rows = cursor.fetchall()
+            here = rows[0][4] if rows else scope
+            scopes.add(here)
+            if named and here != scope:
+                continue  # the names meant blocks of another file: read again without them
+            keys: dict[int, list[str]] = {slot: [] for slot in part}
+            for slot, n, key, packed, _scope in rows:
+                keys[slot].append(key)
+                if not n:
+                    continue
+                if packed is None:
+                    block = known[key]
+                    cache.hits += 1
+                else:
+                    block = Block.parse(packed, n)
+                    cache.misses += 1
+                    if cache.max_bytes:
+                        cache.put((here, key), block, block.nbytes)
+                by_slot.setdefault(slot, []).append((key, block))
             if cache.max_bytes:
-                cache.put((got, key), block, block.nbytes)
-        by_slot.setdefault(slot, []).append((key, block))
-    if cache.max_bytes:
-        for slot, lexeme in enumerate(lexemes):
-            cache.remember(got, lexeme, keys.get(slot, []))
-    return got, by_slot
+                for slot in part:
+                    cache.remember(here, lexemes[slot], keys[slot])
+    if named and scopes != {scope}:
+        return None, {}
+    return (scopes.pop() if len(scopes) == 1 else ""), by_slot
 
 
 def term_postings(cache: BlockCache, scope: str, blocks: list[tuple[str | None, Block]],

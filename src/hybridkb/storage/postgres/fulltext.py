@@ -455,14 +455,14 @@ class _Run:
 
     def _read_all(self) -> int:
         """Read every block of the terms: only those `blocks` does not hold come with their
-        postings (blockcache.py). The terms go in READ_PARTS statements of about equal
-        postings, sent at once (a pipeline)."""
+        postings (blockcache.py). The terms go in up to READ_PARTS statements of about
+        equal postings to send, sent at once (a pipeline)."""
         for p in self.plans:
             p.read = len(p.buckets)
-        parts = _parts([int(p.counts.sum()) for p in self.plans], READ_PARTS, PART_MIN)
         self.scope, by_slot = blockcache.read_all(
             self.conn, self.blocks, self.read_all_sql, self.read_params,
-            [p.lexeme for p in self.plans], parts)
+            [p.lexeme for p in self.plans], [int(p.counts.sum()) for p in self.plans],
+            lambda sizes: _parts(sizes, READ_PARTS, PART_MIN))
         return self._weigh([(slot, key, block) for slot, got in sorted(by_slot.items())
                             for key, block in got])
 
