@@ -326,8 +326,8 @@ def essential_top(terms: list[tuple[Ints, Floats, float]], excluded: Ints, k: in
     of the postings (then summing every posting costs less). `terms[slot]` = (rowids,
     weights, the largest weight), single-lexeme terms.
 
-    The documents of the terms with the largest weights (enough of them for k), scored
-    exactly, give a threshold; a document found only in terms whose largest weights sum
+    The documents of the terms with the largest weights (enough of them for k), summed over
+    those terms, give a threshold; a document found only in terms whose largest weights sum
     below it cannot reach the k-th score, so only the documents of the other terms
     ("essential") are scored. Scores add the terms' weights in slot order, as the sums over
     every posting do (to the bit)."""
@@ -338,14 +338,16 @@ def essential_top(terms: list[tuple[Ints, Floats, float]], excluded: Ints, k: in
     if first >= len(order) or sizes[first - 1] > most * sizes[-1]:
         return None
     high = max(int(ids.max()) for ids, _, _ in terms if len(ids))
-    docs, scores = _scored(terms, [terms[i][0] for i in order[:first]], high)
-    theta = threshold(scores, ~_member(docs, excluded), k)
+    best = [terms[i] for i in sorted(order[:first])]
+    # Their sums over the best terms only: no more than their scores, so the k-th best is
+    # no more than the k-th best score (the other terms' postings are not looked at yet).
+    docs, partial = _scored(best, [ids for ids, _, _ in best], high)
+    theta = threshold(partial, ~_member(docs, excluded), k) * (1 - SLACK)
     essential = next((j for j in range(first, len(order))
                       if rest[j] * (1 + SLACK) ** 2 < theta), None)
     if essential is None or sizes[essential - 1] > most * sizes[-1]:
         return None
-    if essential > first:
-        docs, scores = _scored(terms, [terms[i][0] for i in order[:essential]], high)
+    docs, scores = _scored(terms, [terms[i][0] for i in order[:essential]], high)
     passing = ~_member(docs, excluded)
     theta = threshold(scores, passing, k)
     keep = passing & (scores * (1 + SLACK) >= theta)
@@ -355,18 +357,19 @@ def essential_top(terms: list[tuple[Ints, Floats, float]], excluded: Ints, k: in
 def _scored(terms: list[tuple[Ints, Floats, float]], of: list[Ints], high: int,
             ) -> tuple[Ints, Floats]:
     """The documents holding any of `of` (rowid arrays), ascending, and their scores: each
-    term's weights added in slot order."""
-    place = np.zeros(high + 2, dtype=np.int32)
+    term's weights added in slot order. Documents are marked in a table of the rowid range
+    (a byte each: a term's postings are looked up there, and only the hits placed)."""
+    marked = np.zeros(high + 2, dtype=bool)
     for ids in of:
-        place[ids] = 1
-    docs: Ints = np.flatnonzero(place).astype(np.int64)
-    place[docs] = np.arange(1, len(docs) + 1, dtype=np.int32)  # 0: not a document scored
-    scores: Floats = np.zeros(len(docs) + 1)
+        marked[ids] = True
+    docs: Ints = np.flatnonzero(marked).astype(np.int64)
+    place = np.empty(high + 2, dtype=np.int32)
+    place[docs] = np.arange(len(docs), dtype=np.int32)
+    scores: Floats = np.zeros(len(docs))
     for ids, weights, _ in terms:
-        at = place[ids]
-        hit = at > 0
-        scores = scores + np.bincount(at[hit], weights=weights[hit], minlength=len(docs) + 1)
-    return docs, scores[1:]
+        hit = marked[ids]
+        scores = scores + np.bincount(place[ids[hit]], weights=weights[hit], minlength=len(docs))
+    return docs, scores
 
 
 def _member(values: Ints, members: Ints) -> npt.NDArray[np.bool_]:
