@@ -233,18 +233,22 @@ def term_postings(cache: BlockCache, scope: str, blocks: list[tuple[str | None, 
                   idf: float, weights: tuple[float, float], avgdl: float,
                   ) -> tuple[Any, Any, Any, float]:
     """A term's rowids, weights, document lengths and largest weight from its blocks
-    ((key, block) pairs),
-    weighed once per (blocks, idf, average length, field weights) when every block has a
-    key (all of the term's blocks were read)."""
-    keys = sorted(k for k, _ in blocks if k is not None)
-    memo = bool(cache.max_bytes and scope and len(keys) == len(blocks))
-    key = ("w", scope, tuple(keys), idf, avgdl, weights)
-    found = cache.get(key) if memo else None
-    if found is not None:
-        return found  # type: ignore[no-any-return]
-    ids, nt, nb, dl = join([b for _, b in blocks])
-    weight = weigh(nt, nb, dl, idf, weights, avgdl)
-    value = (ids, weight, dl, float(weight.max()) if len(weight) else 0.0)
+    ((key, block) pairs), weighed once per (blocks, idf, average length, field weights)
+    when every block has a key (all of the term's blocks were read). Only the weights are
+    kept (the rowids and lengths are the blocks', joined again: a copy costs less than
+    the room to keep them twice)."""
+    memo = bool(cache.max_bytes and scope and all(k is not None for k, _ in blocks))
     if memo:
-        cache.put(key, value, int(ids.nbytes + weight.nbytes + dl.nbytes))
-    return value
+        blocks = sorted(blocks, key=lambda kb: kb[0] or "")
+    parts = [b for _, b in blocks]
+    ids = np.concatenate([b.ids for b in parts]) if parts else np.zeros(0, np.int64)
+    key = ("w", scope, tuple(k for k, _ in blocks), idf, avgdl, weights)
+    found = cache.get(key) if memo else None
+    if found is None:
+        _, nt, nb, dl = join(parts)
+        weight = weigh(nt, nb, dl, idf, weights, avgdl)
+        found = (weight, float(weight.max()) if len(weight) else 0.0)
+        if memo:
+            cache.put(key, found, int(weight.nbytes))
+    dl = np.concatenate([b.dl for b in parts]) if parts else np.zeros(0, np.int32)
+    return ids, found[0], dl, found[1]
