@@ -408,11 +408,10 @@ class _Run:
         end). Seen.bounds would give the same candidates in several more passes."""
         self.postings = self._read_all()
         if self.excluded is not None and self.exact.all() and len(self.at_hand) == len(self.plans):
-            found = topk.essential_top([self.at_hand[i] for i in range(len(self.plans))],
-                                       np.sort(self.excluded), self.limit)
-            if found is not None:  # every candidate scored exactly: all known, all held
-                known = np.ones(len(found[0]), dtype=bool)
-                return self._finish(found[0], found[1], known, known, self.limit)
+            docs, scores = topk.essential_top([self.at_hand[i] for i in range(len(self.plans))],
+                                              np.sort(self.excluded), self.limit)
+            known = np.ones(len(docs), dtype=bool)  # every candidate scored exactly, held
+            return self._finish(docs, scores, known, known, self.limit)
         docs, lower, phrase, held, phrased = self.seen.totals(self.exact)
         passing, possible = self._passing(docs, lower)
         theta = topk.threshold(lower, passing, self.limit)
@@ -477,7 +476,7 @@ class _Run:
         return self._weigh([(slot, None, blockcache.Block.parse(packed, n))
                             for slot, n, packed in rows if n])
 
-    def _weigh(self, rows: list[tuple[int, str | None, blockcache.Block]]) -> int:
+    def _weigh(self, rows: list[Any]) -> int:
         """Weigh the postings of the blocks read ((slot, key, block) rows; keys of
         `self.scope` when every block of a term was read, else None); how many."""
         blocks: dict[int, list[tuple[str | None, blockcache.Block]]] = {}
