@@ -4,7 +4,8 @@ A query costs a handful of round trips: one for the terms, their buckets, the co
 statistics and the documents holding each phrase, pipelined with the items no search may
 return (expired, stale); one per round of bucket reads (one round, in pipelined parts,
 reads every posting when the terms hold at most FULL_READ: at a search's depth of 300 the
-bounds would not stop the reading earlier); one to score the last candidates exactly
+bounds would not stop the reading earlier; blocks the store's cache holds are named, not
+sent: blockcache.py); one to score the last candidates exactly
 (their phrases, when every one-word term has been read to the end); one for the ids of
 the best hits (or the documents near the top, checked against a filter), none when
 IdCache holds them all. Scores equal sql.text_search's (same statistics: N, average length
