@@ -422,3 +422,45 @@ def test_searches_see_other_connections_writes(pg_url: str) -> None:
     finally:
         reader.close()
         writer.close()
+
+
+def test_essential_top_equals_summing_every_posting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MaxScore over postings at hand (topk.essential_top) keeps the documents the sums of
+    every posting keep (score reaching the k-th best among those not excluded), with the
+    same scores to the bit; None only when no term can be left out."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    left_out = []  # of each final scoring: whether some term's documents were left out
+    scored = topk._scored
+
+    def spy(terms: list[object], of: list[object], high: int) -> object:
+        if len(terms) > 1 and len(of) < len(terms):
+            left_out.append(len(of))
+        return scored(terms, of, high)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(topk, "_scored", spy)
+    for trial in range(300):
+        n_docs = int(rng.integers(20, 3000))
+        terms = []
+        for _ in range(int(rng.integers(1, 7))):
+            df = int(rng.integers(1, n_docs))
+            ids = rng.choice(n_docs, size=df, replace=False).astype(np.int64) + 1
+            weights = rng.gamma(2.0, float(rng.uniform(0.1, 5.0)), size=df)
+            if trial % 3 == 0:  # ties: weights of few distinct values
+                weights = np.round(weights)
+            terms.append((ids, weights, float(weights.max())))
+        excluded = np.sort(rng.choice(n_docs, size=int(rng.integers(0, 30)), replace=False)) + 1
+        k = int(rng.choice([1, 10, 300]))
+        found = topk.essential_top(terms, excluded.astype(np.int64), k)
+        seen = topk.Seen(len(terms))
+        for slot, (ids, weights, _) in enumerate(terms):
+            seen.add(slot, ids, weights, True, np.ones(len(ids), dtype=np.int64))
+        docs, lower, _, _, _ = seen.totals(np.ones(len(terms), dtype=bool))
+        passing = ~np.isin(docs, excluded)
+        theta = topk.threshold(lower, passing, k)
+        want = passing & (lower * (1 + topk.SLACK) >= theta)
+        got_docs, got_scores = found
+        assert got_docs.tolist() == docs[want].tolist()
+        assert got_scores.tolist() == lower[want].tolist()  # the same bits
+    assert len(left_out) > 50  # the bound left terms out of many a query

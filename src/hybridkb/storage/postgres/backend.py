@@ -26,7 +26,7 @@ from ...textquery import TextQuery
 from .. import codec, records
 from ..contract import Key, ScoredKeys, SearchArea, Vector
 from ..records import DEFAULT_BM25_WEIGHTS, META_PENDING_VECTOR_DIM, META_VECTOR_DIM
-from . import driver
+from . import blockcache, driver
 from .driver import redact
 
 __all__ = ["CONNECT_TIMEOUT_S", "HNSW_MIN_ROWS", "VECTOR_INDEX_MIN_ROWS", "PostgresBackend",
@@ -102,8 +102,8 @@ class PostgresBackend:
         vector_index_min_rows: int = VECTOR_INDEX_MIN_ROWS, hnsw_min_rows: int | None = None,
         bm25_search: str = "topk", filtered_exact_rows: int = FILTERED_EXACT_ROWS,
         bm25_exact_top: int | None = BM25_EXACT_TOP, bm25_tail: str = "bounds",
-        replicas: Sequence[str] = (), read_your_writes: bool = False,
-        replica_wait: float = REPLICA_WAIT_S,
+        bm25_cache_mb: int = blockcache.DEFAULT_MB, replicas: Sequence[str] = (),
+        read_your_writes: bool = False, replica_wait: float = REPLICA_WAIT_S,
         pool_min_size: int = 1, pool_max_size: int = 8,
         connect_timeout: float = CONNECT_TIMEOUT_S,
     ) -> None:
@@ -131,6 +131,7 @@ class PostgresBackend:
         # `hnsw_min_rows`: the option's name while the index was HNSW, still accepted.
         self.index_min_rows = int(vector_index_min_rows if hnsw_min_rows is None else hnsw_min_rows)
         self._ids = fulltext.IdCache()  # item ids of rowids, across full-text searches
+        self._blocks = blockcache.BlockCache(max(0, int(bm25_cache_mb)) << 20)  # BM25 blocks read
         try:
             in_url = conninfo_to_dict(url)
         except (psycopg.Error, ValueError) as exc:
@@ -504,7 +505,8 @@ class PostgresBackend:
         def work(conn: Connection[Any]) -> list[Any]:
             if not area.filters.needs_row_filter or fulltext.keeps_many(conn, area, self.filtered_exact_rows):
                 found = fulltext.search(conn, terms, area, limit, self.bm25_weights,
-                                        self.bm25_exact_top, self.bm25_tail, self._ids)
+                                        self.bm25_exact_top, self.bm25_tail, self._ids,
+                                        self._blocks)
                 if found is not None:
                     return found
             return conn.execute(statement, params).fetchall()

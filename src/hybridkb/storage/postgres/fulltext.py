@@ -4,7 +4,8 @@ A query costs a handful of round trips: one for the terms, their buckets, the co
 statistics and the documents holding each phrase, pipelined with the items no search may
 return (expired, stale); one per round of bucket reads (one round, in pipelined parts,
 reads every posting when the terms hold at most FULL_READ: at a search's depth of 300 the
-bounds would not stop the reading earlier); one to score the last candidates exactly
+bounds would not stop the reading earlier; blocks the store's cache holds are named, not
+sent: blockcache.py); one to score the last candidates exactly
 (their phrases, when every one-word term has been read to the end); one for the ids of
 the best hits (or the documents near the top, checked against a filter), none when
 IdCache holds them all. Scores equal sql.text_search's (same statistics: N, average length
@@ -24,8 +25,8 @@ import numpy as np
 from psycopg import sql
 
 from ..contract import ScoredIds, SearchArea
+from . import blockcache, topk
 from . import sql as q
-from . import topk
 
 if TYPE_CHECKING:
     from psycopg import Connection
@@ -107,14 +108,6 @@ FROM unnest(%s::text[], %s::int[], %s::int[]) AS r (lexeme, bucket, slot)
 JOIN bm25_blocks b ON b.lexeme = r.lexeme AND b.bucket = r.bucket
 WHERE {in_corpora} AND b.rowids IS NOT NULL
 """
-# Every block of the terms' lexemes: a read of every posting names a lexeme per term, not
-# each of its buckets (hundreds of parameters to send, as many index probes).
-_READ_ALL = """
-SELECT r.slot, b.n, b.packed
-FROM unnest(%s::text[], %s::int[]) AS r (lexeme, slot)
-JOIN bm25_blocks b ON b.lexeme = r.lexeme
-WHERE {in_corpora} AND b.rowids IS NOT NULL
-"""
 # Items that no search may return (expired, stale), found through partial indexes.
 _EXCLUDED = """
 SELECT array_send(coalesce(array_agg(i.rowid), '{{}}'::bigint[])) FROM items i
@@ -137,26 +130,6 @@ def _fmt(template: str, area: SearchArea, alias: str, **parts: sql.Composable,
 
 _ELEMENT = {"i": ">i8", "f": ">f8", "i2": ">i2", "i4": ">i4"}
 _HEADER = 20  # array_send of a one-dimensional array: ndim, flags, type, length, lower bound
-# A block's `packed` bytes: array_send of rowids, nt, nb, dl end to end; each element is
-# a 4-byte length and the value (8, 2, 2 and 4 bytes).
-_PACKED = ((8, "i"), (2, "i2"), (2, "i2"), (4, "i4"))
-_STRUCT = {kind: np.dtype([("len", ">i4"), ("v", code)]) for kind, code in _ELEMENT.items()}
-
-
-def _columns(blocks: list[tuple[bytes, int]]) -> tuple[Any, Any, Any, Any]:
-    """Rowids (int64) and nt, nb, dl (float64) of blocks' `packed` bytes ((bytes, n)
-    pairs), end to end: each column read in place and converted in one copy."""
-    columns: list[list[Any]] = [[], [], [], []]
-    for packed, n in blocks:
-        at = 0
-        for column, (width, kind) in zip(columns, _PACKED, strict=True):
-            column.append(np.frombuffer(packed, _STRUCT[kind], count=n, offset=at + _HEADER)["v"])
-            at += _HEADER + n * (4 + width)
-    ids, nt, nb, dl = columns
-    def join(parts: list[Any], dtype: Any) -> Any:
-        return np.concatenate(parts, dtype=dtype, casting="safe")
-
-    return join(ids, np.int64), join(nt, np.float64), join(nb, np.float64), join(dl, np.float64)
 
 
 def _elements(data: bytes, kind: str) -> Any:
@@ -253,11 +226,13 @@ class IdCache:
 
 def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit: int,
            weights: tuple[float, float], exact_top: int | None = None,
-           tail: str = "bounds", ids: IdCache | None = None) -> ScoredIds | None:
+           tail: str = "bounds", ids: IdCache | None = None,
+           blocks: blockcache.BlockCache | None = None) -> ScoredIds | None:
     """The BM25 top `limit` over the OR of `terms`, or None when this query is better
     answered by scoring every match (sql.text_search). Exact to the full depth, or, with
     `exact_top`, exact for the best `exact_top` and filled below from the documents seen
-    (scores by `tail`, never above the exact ones). `ids` keeps item ids across searches."""
+    (scores by `tail`, never above the exact ones). `ids` keeps item ids across searches,
+    `blocks` the index's blocks read (blockcache.py)."""
     early = exact_top is not None and exact_top < limit
     stats_in, stats_params = q._in_corpora("corpus", area.corpora)
     buckets_in, buckets_params = q._in_corpora("b.corpus", area.corpora)
@@ -306,6 +281,7 @@ def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit:
     info = conn.info
     known = ids.table((info.host, info.port, info.dbname, file)) if ids is not None else None
     run = _Run(conn, terms, plans, area, limit, weights, avgdl, excluded_rowids, known)
+    run.blocks = blocks if blocks is not None else blockcache.BlockCache(0)
     run.members = [None if p.exact else phrase_rows.get(p.ord) for p in plans]
     if early:
         run.exact_top, run.tail = max(1, exact_top or 1), tail
@@ -355,7 +331,10 @@ class _Run:
         ok, self.ok_params = q.filter_sql(area, corpus=False)
         self.check_sql = sql.SQL(_CHECK).format(ok=sql.SQL("({})").format(ok))
         self.read_sql, self.read_params = _fmt(_READ, area, "b")
-        self.read_all_sql, _ = _fmt(_READ_ALL, area, "b")
+        self.read_all_sql, _ = _fmt(blockcache.READ_ALL, area, "b")
+        self.blocks = blockcache.BlockCache(0)  # blocks across searches (none kept: 0)
+        self.scope = ""  # the blocks' (blockcache.read_all)
+        self.at_hand: dict[int, tuple[topk.Ints, topk.Floats, float]] = {}  # slot: all postings
         # Rowids no search may return, when that set is known (no other filter): then every
         # other document passes, and only ids are fetched, those not in `ids` (IdCache).
         self.excluded: Any = excluded
@@ -429,6 +408,11 @@ class _Run:
         document's sum of weights is its score (a phrase's part a bound, confirmed at the
         end). Seen.bounds would give the same candidates in several more passes."""
         self.postings = self._read_all()
+        if self.excluded is not None and self.exact.all() and len(self.at_hand) == len(self.plans):
+            docs, scores = topk.essential_top([self.at_hand[i] for i in range(len(self.plans))],
+                                              np.sort(self.excluded), self.limit)
+            known = np.ones(len(docs), dtype=bool)  # every candidate scored exactly, held
+            return self._finish(docs, scores, known, known, self.limit)
         docs, lower, phrase, held, phrased = self.seen.totals(self.exact)
         passing, possible = self._passing(docs, lower)
         theta = topk.threshold(lower, passing, self.limit)
@@ -470,48 +454,47 @@ class _Run:
         return [*top, *rest][: self.limit]
 
     def _read_all(self) -> int:
-        """Read every block of the terms. The terms go in READ_PARTS statements of about
-        equal postings, sent at once (a pipeline): each part is weighed as it arrives
-        while the server reads and sends the next."""
+        """Read every block of the terms: only those `blocks` does not hold come with their
+        postings (blockcache.py). The terms go in up to READ_PARTS statements of about
+        equal postings to send, sent at once (a pipeline)."""
         for p in self.plans:
             p.read = len(p.buckets)
-        parts = _parts([int(p.counts.sum()) for p in self.plans], READ_PARTS, PART_MIN)
-        read = 0
-        with self.conn.pipeline():
-            cursors = [self.conn.cursor(binary=True).execute(self.read_all_sql, [
-                [self.plans[i].lexeme for i in part], part, *self.read_params]) for part in parts]
-            for cursor in cursors:
-                read += self._weigh(cursor.fetchall())
-        return read
+        self.scope, by_slot = blockcache.read_all(
+            self.conn, self.blocks, self.read_all_sql, self.read_params,
+            [p.lexeme for p in self.plans], [int(p.counts.sum()) for p in self.plans],
+            lambda sizes: _parts(sizes, READ_PARTS, PART_MIN))
+        return self._weigh([(slot, key, block) for slot, got in sorted(by_slot.items())
+                            for key, block in got])
 
     def _read(self, reads: list[tuple[topk.TermPlan, int]]) -> int:
         if not reads:
             return 0
         slot_of = {id(p): i for i, p in enumerate(self.plans)}
         # Binary results: bytea in text form is hex, twice the bytes to send and decode.
-        return self._weigh(self.conn.cursor(binary=True).execute(self.read_sql, [
+        rows = self.conn.cursor(binary=True).execute(self.read_sql, [
             [p.lexeme for p, _ in reads], [b for _, b in reads],
-            [slot_of[id(p)] for p, _ in reads], *self.read_params]).fetchall())
+            [slot_of[id(p)] for p, _ in reads], *self.read_params]).fetchall()
+        return self._weigh([(slot, None, blockcache.Block.parse(packed, n))
+                            for slot, n, packed in rows if n])
 
     def _weigh(self, rows: list[Any]) -> int:
-        """Weigh the postings of the blocks read ((slot, n, packed) rows); how many."""
-        blocks: dict[int, list[tuple[bytes, int]]] = {}
-        for slot, n, packed in rows:
-            if n:
-                blocks.setdefault(slot, []).append((packed, n))
+        """Weigh the postings of the blocks read ((slot, key, block) rows; keys of
+        `self.scope` when every block of a term was read, else None); how many."""
+        blocks: dict[int, list[tuple[str | None, blockcache.Block]]] = {}
+        for slot, key, block in rows:
+            blocks.setdefault(slot, []).append((key, block))
         read = 0
         for slot, parts in blocks.items():  # Seen sums them in term order, whatever this one
-            ids, nt, nb, dl = _columns(parts)
+            plan = self.plans[slot]
+            ids, weight, dl, most = blockcache.term_postings(
+                self.blocks, self.scope, parts, plan.idf, self.weights, self.avgdl)
             read += len(ids)
             members = self.members[slot]
             if members is not None:  # a phrase: only the documents that hold it
                 keep = _within(ids, members)
-                ids, nt, nb, dl = ids[keep], nt[keep], nb[keep], dl[keep]
-            tf = self.weights[0] * nt + self.weights[1] * nb
-            # In the exact statement's order of operations (sql.py), to the last bit.
-            weight = self.plans[slot].idf * tf * (topk.K1 + 1) / (
-                tf + topk.K1 * (1 - topk.B + topk.B * dl / self.avgdl))
-            self.seen.add(slot, ids, weight, self.plans[slot].exact, dl)
+                ids, weight, dl = ids[keep], weight[keep], dl[keep]
+            self.at_hand[slot] = (ids, weight, most)
+            self.seen.add(slot, ids, weight, plan.exact, dl)
         return read
 
     def _passing(self, docs: topk.Ints, lower: topk.Floats) -> tuple[Any, Any]:

