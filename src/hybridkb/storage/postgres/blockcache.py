@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from psycopg import Connection
 
 DEFAULT_MB = 512  # about 22 million postings (16 bytes parsed, 8 for the weight)
-_HEADER = 20  # array_send of a one-dimensional array: ndim, flags, type, length, lower bound
+ARRAY_HEADER = 20  # array_send of a one-dimensional array: ndim, flags, type, length, lower bound
 # A block's `packed` bytes: array_send of rowids, nt, nb, dl end to end; each element is
 # a 4-byte length and the value (8, 2, 2 and 4 bytes).
 _PACKED = ((8, ">i8", np.int64), (2, ">i2", np.int16), (2, ">i2", np.int16), (4, ">i4", np.int32))
@@ -80,9 +80,9 @@ class Block:
         columns = []
         at = 0
         for (width, _, native), dtype in zip(_PACKED, _STRUCT, strict=True):
-            view = np.frombuffer(packed, dtype, count=n, offset=at + _HEADER)["v"]
+            view = np.frombuffer(packed, dtype, count=n, offset=at + ARRAY_HEADER)["v"]
             columns.append(view.astype(native))
-            at += _HEADER + n * (4 + width)
+            at += ARRAY_HEADER + n * (4 + width)
         return cls(*columns)
 
     @property

@@ -129,7 +129,6 @@ def _fmt(template: str, area: SearchArea, alias: str, **parts: sql.Composable,
 
 
 _ELEMENT = {"i": ">i8", "f": ">f8", "i2": ">i2", "i4": ">i4"}
-_HEADER = 20  # array_send of a one-dimensional array: ndim, flags, type, length, lower bound
 
 
 def _elements(data: bytes, kind: str) -> Any:
@@ -141,7 +140,8 @@ def _elements(data: bytes, kind: str) -> Any:
 
 def _array(data: bytes | None, kind: str) -> Any:
     """A one-dimensional binary array without NULLs (array_send) as a numpy array."""
-    return _elements(data[_HEADER:] if data and len(data) > _HEADER else b"", kind)
+    header = blockcache.ARRAY_HEADER
+    return _elements(data[header:] if data and len(data) > header else b"", kind)
 
 
 def _parts(sizes: list[int], most: int, least: int) -> list[list[int]]:
@@ -281,7 +281,8 @@ def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit:
     info = conn.info
     known = ids.table((info.host, info.port, info.dbname, file)) if ids is not None else None
     run = _Run(conn, terms, plans, area, limit, weights, avgdl, excluded_rowids, known)
-    run.blocks = blocks if blocks is not None else blockcache.BlockCache(0)
+    if blocks is not None:
+        run.blocks = blocks
     run.members = [None if p.exact else phrase_rows.get(p.ord) for p in plans]
     if early:
         run.exact_top, run.tail = max(1, exact_top or 1), tail
