@@ -189,3 +189,28 @@ def test_dot_rows_equals_the_matrix_product_for_every_input_the_indexes_pass() -
     assert np.allclose(dot_rows(m[[3, 1, 2]], q.reshape(1, -1)), m[[3, 1, 2]] @ q, atol=1e-6)
     assert np.allclose(dot_rows(m.astype(np.float64), q.astype(np.float64)), m @ q, atol=1e-6)
     assert dot_rows(m[:0], q).shape == (0,)
+
+
+@pytest.mark.parametrize("size", [300, 70_000, 200_000])
+def test_closest_equals_a_stable_sort_on_long_arrays_and_heavy_ties(size: int) -> None:
+    """The sampled bound (past 65,536 rows) and the tie rule, against the definition: the
+    first `count` positions of a stable sort by distance, in position order."""
+    rng = np.random.default_rng(size)
+    for spread in (3, 40, 385):
+        dist = rng.integers(0, spread, size).astype(np.uint16)
+        if spread == 385:  # a clustered head: a few rows far nearer than the rest
+            dist[rng.integers(0, size, 50)] = rng.integers(0, 5, 50)
+        for count in (1, 10, 257, 4096, size - 1):
+            want = np.sort(np.argsort(dist, kind="stable")[:count])
+            got = vector_codes.closest(dist, count)
+            assert got.dtype == np.int64 and got.tolist() == want.tolist(), (spread, count)
+
+
+def test_the_scan_in_spans_equals_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    m = clustered(1000, 21)
+    center = vector_codes.center_of(m, len(m))
+    columns = vector_codes.encode_columns(m, len(m), center)
+    code = vector_codes.encode(clustered(1, 22)[0], center)
+    whole = vector_codes.distances(columns, code)
+    monkeypatch.setattr(vector_codes, "SPAN", 7)  # spans that do not divide the rows
+    assert vector_codes.distances(columns, code).tolist() == whole.tolist()
