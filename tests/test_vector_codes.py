@@ -41,13 +41,17 @@ def test_distances_are_hamming_distances_of_the_centered_signs() -> None:
     assert int(vector_codes.distances(columns, vector_codes.encode(m[17], center))[17]) == 0
 
 
-def test_the_two_thread_scan_equals_the_one_thread_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("setting", "value"), [("PARALLEL_ROWS", 100), ("SPAN", 7)])
+def test_the_scan_split_over_threads_or_spans_equals_one_pass(
+    monkeypatch: pytest.MonkeyPatch, setting: str, value: int,
+) -> None:
+    """Two threads, or spans that do not divide the rows, give the one-pass distances."""
     m = clustered(1001, 11)
     center = vector_codes.center_of(m, len(m))
     columns = vector_codes.encode_columns(m, len(m), center)
     code = vector_codes.encode(clustered(1, 12)[0], center)
     one = vector_codes.distances(columns, code)
-    monkeypatch.setattr(vector_codes, "PARALLEL_ROWS", 100)
+    monkeypatch.setattr(vector_codes, setting, value)
     assert vector_codes.distances(columns, code).tolist() == one.tolist()
 
 
@@ -205,12 +209,3 @@ def test_closest_equals_a_stable_sort_on_long_arrays_and_heavy_ties(size: int) -
             got = vector_codes.closest(dist, count)
             assert got.dtype == np.int64 and got.tolist() == want.tolist(), (spread, count)
 
-
-def test_the_scan_in_spans_equals_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
-    m = clustered(1000, 21)
-    center = vector_codes.center_of(m, len(m))
-    columns = vector_codes.encode_columns(m, len(m), center)
-    code = vector_codes.encode(clustered(1, 22)[0], center)
-    whole = vector_codes.distances(columns, code)
-    monkeypatch.setattr(vector_codes, "SPAN", 7)  # spans that do not divide the rows
-    assert vector_codes.distances(columns, code).tolist() == whole.tolist()
