@@ -1,4 +1,5 @@
-"""The approximate vector index on PostgreSQL: pgvector's IVFFlat, its probes measured per build.
+"""The approximate vector index on PostgreSQL: pgvector's IVFFlat over the vectors in half
+precision, its probes measured per build.
 
 Why IVFFlat and not HNSW (the index before issue #16's fifth pass): on the benchmark's
 million items (113 noisy copies of each of 8,816 real embeddings) pgvector's HNSW graph
@@ -7,12 +8,19 @@ and its build took most of a 20-minute load. IVFFlat with a list per 500 rows, m
 on the same server and store (100 test queries, 300 deep as a search asks): 0.974 at
 32 probes in 14.7 ms, built in 117 s; at 100,000 items 0.966 at 20 probes in 6.4 ms, built
 in 2.2 s, where HNSW held 0.965 in 5.2 ms after an 18.8 s build (docs/postgres.md).
+The index is over `embedding::halfvec(dim)` (issue #16, eighth pass): half the pages per
+probed list, 0.73-0.82x the time of a bare KNN query at 1M (24-40 probes); the candidates
+it picks are re-scored on the stored vectors (sql.py), so half precision only decides
+which rows are candidates.
 
-Recall depends on the data as much as on the settings, so each build measures it, as the
-SQLite backend measures its passes (indexes/vector_recall.py): pseudo-queries (sums of six
-stored vectors) are answered exactly by a scan and through the index at rising probes;
+Recall depends on the data as much as on the settings, so each build measures it:
+pseudo-queries are answered exactly by a scan and through the index at rising probes;
 the fewest probes whose recall@10 reaches RECALL_TARGET is what searches use (kept in
-`meta`). The last rung probes every list, so some rung always reaches it.
+`meta`). The last rung probes every list, so some rung always reaches it. A pseudo-query
+is a stored vector moved away from its cluster (moved_queries): sums of six stored vectors
+(the SQLite passes' pseudo-queries, indexes/vector_recall.py) asked more than 40 probes at
+1M where real queries need 20, and too few on NFCorpus. Queries farther from the items
+than these (NFCorpus's) still need more probes than measured (docs/postgres.md).
 
 IVFFlat's lists are fixed when it is built (new rows join the nearest list), so once the
 store holds GROWTH times the vectors the index was built over, it is built again: under
