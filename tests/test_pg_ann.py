@@ -188,3 +188,18 @@ def test_a_store_with_the_full_precision_index_gets_the_half_precision_one(pg_ur
         kb.add_many(_items(vectors[600:], 600), batch_size=100)
         assert _index_oid(pg_url) is not None and kb.backend.integrity_problems() == []
         assert _meta(pg_url, ann.META_PROBES) is not None
+
+
+@pytest.mark.parametrize(("dim", "indexed"), [(2500, True), (ann.MAX_DIM + 1, False)])
+def test_vectors_past_halfvec_s_limit_are_searched_exactly(pg_url: str, dim: int, indexed: bool) -> None:
+    """2,500 dimensions were past pgvector's limit for an index on `vector` (2,000); its
+    limit for `halfvec` is 4,000, past which the store keeps scanning exactly."""
+    rng = np.random.default_rng(5)
+    rows = rng.standard_normal((40, dim)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    with hybridkb.open(pg_url, embedder=None, vector_index_min_rows=20) as kb:
+        kb.add_many(_items(rows), batch_size=40)
+        assert (_index_oid(pg_url) is not None) is indexed
+        area = SearchArea(corpora=None, filters=Filters(), now=time.time())
+        assert kb.backend.vector_search(rows[7], area, 1)[0][0] == "v7"
+        assert kb.backend.integrity_problems() == []
