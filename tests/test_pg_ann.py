@@ -143,3 +143,63 @@ def test_a_store_with_the_old_hnsw_index_gets_ivfflat(pg_url: str) -> None:
         assert best[0][0] == "v3"  # an exact scan meanwhile
         kb.add_many(_items(vectors[600:], 600), batch_size=100)
         assert _index_oid(pg_url) is not None and kb.backend.integrity_problems() == []
+
+
+def test_pseudo_queries_are_stored_vectors_moved_away_from_their_cluster() -> None:
+    rows = _clustered(2000)
+    got = ann.moved_queries(rows)
+    assert got.shape == (ann.SAMPLE, DIM) and got.dtype == np.float32
+    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    nearest = (got @ rows.T).max(axis=1)  # the row each was moved from, or one closer
+    assert np.all(nearest >= ann.MOVED_COS - 1e-5) and np.all(nearest < 0.99)
+    assert np.array_equal(got, ann.moved_queries(rows))  # the same rows give the same queries
+    assert np.allclose(np.linalg.norm(ann.moved_queries(rows[:3]), axis=1), 1.0, atol=1e-5)
+
+
+def test_the_index_is_over_half_precision_vectors_and_knn_queries_use_it(pg_url: str) -> None:
+    vectors = _clustered(1200)
+    with hybridkb.open(pg_url, embedder=None, vector_index_min_rows=1000) as kb:
+        kb.add_many(_items(vectors), batch_size=1200)
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            row = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'item_vectors_ivf'").fetchone()
+        assert row is not None and f"halfvec({DIM})" in row[0] and "halfvec_cosine_ops" in row[0]
+        area = SearchArea(corpora=None, filters=Filters(), now=time.time())
+        plan = kb.backend.explain_vector_search(vectors[5], area, 10)
+        assert "item_vectors_ivf" in plan, plan
+        best = kb.backend.vector_search(vectors[5], area, 3)
+        assert best[0][0] == "v5" and abs(best[0][1] - 1.0) < 1e-5  # re-scored exactly
+
+
+def test_a_store_with_the_full_precision_index_gets_the_half_precision_one(pg_url: str) -> None:
+    """Migration 010 drops the IVFFlat index over `vector` (KNN queries order by the
+    half-precision expression, which it cannot serve) and its measurement; the next write
+    of vectors builds the new one."""
+    vectors = _clustered(700)
+    with hybridkb.open(pg_url, embedder=None, vector_index_min_rows=10**6) as kb:
+        kb.add_many(_items(vectors[:600]), batch_size=600)
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # the store as migration 009 left it
+        conn.execute("CREATE INDEX item_vectors_ivf ON item_vectors USING ivfflat "
+                     "(embedding vector_cosine_ops) WITH (lists = 10)")
+        conn.execute("INSERT INTO meta (key, value) VALUES ('pg_ivf_probes', '3')")
+        conn.execute("DELETE FROM schema_migrations WHERE name LIKE '010%'")
+    with hybridkb.open(pg_url, embedder=None, vector_index_min_rows=500) as kb:
+        assert _index_oid(pg_url) is None and _meta(pg_url, ann.META_PROBES) is None
+        assert kb.backend.integrity_problems() == ["600 vectors but no vector index"]
+        kb.add_many(_items(vectors[600:], 600), batch_size=100)
+        assert _index_oid(pg_url) is not None and kb.backend.integrity_problems() == []
+        assert _meta(pg_url, ann.META_PROBES) is not None
+
+
+@pytest.mark.parametrize(("dim", "indexed"), [(2500, True), (ann.MAX_DIM + 1, False)])
+def test_vectors_past_halfvec_s_limit_are_searched_exactly(pg_url: str, dim: int, indexed: bool) -> None:
+    """2,500 dimensions were past pgvector's limit for an index on `vector` (2,000); its
+    limit for `halfvec` is 4,000, past which the store keeps scanning exactly."""
+    rng = np.random.default_rng(5)
+    rows = rng.standard_normal((40, dim)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    with hybridkb.open(pg_url, embedder=None, vector_index_min_rows=20) as kb:
+        kb.add_many(_items(rows), batch_size=40)
+        assert (_index_oid(pg_url) is not None) is indexed
+        area = SearchArea(corpora=None, filters=Filters(), now=time.time())
+        assert kb.backend.vector_search(rows[7], area, 1)[0][0] == "v7"
+        assert kb.backend.integrity_problems() == []

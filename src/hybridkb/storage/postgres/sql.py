@@ -285,17 +285,27 @@ def substring_search(
 # Vectors are unit length (embedders normalize, the store normalizes callers' vectors), so
 # the score is the dot product, as the SQLite backend computes it: cosine similarity without
 # the float32 noise of re-normalizing, which would break exact ties differently. The IVFFlat
-# index (cosine) picks the candidates; they are re-sorted exactly, ties by rowid as SQLite.
+# index over the vectors cast to half precision (cosine, ann.py) picks the candidates in the
+# order of its own distance; they are re-sorted by the exact score, ties by rowid as SQLite.
 _KNN = """
 WITH r AS MATERIALIZED (
     SELECT i.rowid, i.id, v.embedding <#> %s AS nd
     FROM item_vectors v JOIN items i ON i.rowid = v.rowid
     WHERE {filters}
-    ORDER BY v.embedding <=> %s
+    ORDER BY {order}
     LIMIT %s
 )
 SELECT id, -nd FROM r ORDER BY nd, rowid
 """
+
+
+def knn_order(dim: int, column: str = "embedding") -> sql.Composed:
+    """What the IVFFlat index orders by: the cosine distance of the half-precision vectors
+    (the planner uses the index only for this very expression, dimension included)."""
+    half = sql.SQL("halfvec({})").format(sql.Literal(dim))
+    return sql.SQL("{}::{} <=> %s::{}").format(sql.Identifier(*column.split(".")), half, half)
+
+
 # No index orders by `<#>` (it is cosine), so this is an exact scan of the filtered rows.
 _EXACT = """
 SELECT i.id, -(v.embedding <#> %s)
@@ -310,5 +320,6 @@ def vector_search(query: Vector, area: SearchArea, limit: int, *,
                   exact: bool) -> tuple[sql.Composed, list[Any]]:
     """KNN by cosine: (id, similarity) best first; relaxed-order results are re-sorted."""
     where, params = filter_sql(area)
-    statement = sql.SQL(_EXACT if exact else _KNN).format(filters=where)
+    statement = (sql.SQL(_EXACT).format(filters=where) if exact else
+                 sql.SQL(_KNN).format(filters=where, order=knn_order(len(query), "v.embedding")))
     return statement, [query, *params, query, limit]
