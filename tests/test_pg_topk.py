@@ -464,3 +464,50 @@ def test_essential_top_equals_summing_every_posting(monkeypatch: pytest.MonkeyPa
         assert got_docs.tolist() == docs[want].tolist()
         assert got_scores.tolist() == lower[want].tolist()  # the same bits
     assert len(left_out) > 50  # the bound left terms out of many a query
+
+
+def test_a_selective_filter_scores_only_its_rows_as_the_exact_statement(
+        stores: tuple[KnowledgeBase, KnowledgeBase], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A filter keeping few rows: the rows it keeps that hold a term are scored with the
+    corpora's statistics (df from the index), never the exact statement over every match."""
+    from hybridkb.storage.postgres import fulltext
+
+    fast, exact = stores
+    items = _items(11, 1200)
+    for i, item in enumerate(items):
+        item["metadata"] = {"team": "a" if i % 40 == 0 else "b"}  # 30 rows of team a
+    fast.add_many(items, batch_size=600)
+    scoped: list[int] = []
+    original = fulltext._Run.scoped
+    monkeypatch.setattr(fulltext._Run, "scoped",
+                        lambda self: scoped.append(1) or original(self))
+    for filters in (Filters(metadata=(("team", ("a",)),)), Filters(kinds=("note",),
+                    metadata=(("team", ("a",)),), include_stale=True)):
+        area = SearchArea(corpora=("c",), filters=filters, now=time.time())
+        assert _same(fast, exact, area, [*_queries(12, 12), '"w0 w1"', '"w1 w2" "w0 w3"'], 40) >= 10
+    assert len(scoped) >= 20  # phrase-only queries included: none fell back to the statement
+
+
+def test_a_filter_on_json_values_is_counted_not_guessed(pg_url: str) -> None:
+    """The planner assumes 0.5% of the rows for a JSON equality; the sample counts them, so
+    a metadata filter keeping nearly every row takes the index paths, one keeping few not."""
+    from hybridkb.storage.postgres import selectivity
+
+    kb = hybridkb.open(pg_url, embedder=None)
+    try:
+        items = _items(13, 3000)
+        for i, item in enumerate(items):
+            item["metadata"] = {"team": "rare" if i % 100 == 0 else "most"}
+        kb.add_many(items, batch_size=1000)
+        with kb.backend._pool.connection() as conn:  # type: ignore[attr-defined]
+            conn.execute("ANALYZE items")
+            def keeps(team: str) -> bool:
+                area = SearchArea(corpora=("c",), filters=Filters(metadata=(("team", (team,)),)),
+                                  now=time.time())
+                return selectivity.keeps_many(conn, area, 20_000)
+            assert keeps("most") and not keeps("rare")
+            plan = conn.execute("EXPLAIN (FORMAT JSON) SELECT 1 FROM items i "
+                                "WHERE i.metadata->>'team' = 'most'").fetchone()
+            assert plan[0][0]["Plan"]["Plan Rows"] < 0.2 * 3000  # what the planner would say
+    finally:
+        kb.close()

@@ -39,7 +39,7 @@ try:
     from psycopg.conninfo import conninfo_to_dict
     from psycopg_pool import ConnectionPool, PoolTimeout
 
-    from . import ann, bulk, fulltext, maintenance
+    from . import ann, bulk, fulltext, maintenance, selectivity
     from . import sql as q
     from .replicas import Replicas, wal_position
     from .tables import VectorTables
@@ -70,7 +70,7 @@ BM25_SEARCHES = ("topk", "exact")
 # early stop has seen, scored by `BM25_TAILS` (fulltext.EXACT_TOP); None: exact to the depth.
 BM25_EXACT_TOP: int | None = None
 BM25_TAILS = ("bounds", "exact")
-# A filter the planner expects to keep fewer rows than this (and < fulltext.BROAD_SHARE of
+# A filter the planner expects to keep fewer rows than this (and < selectivity.BROAD_SHARE of
 # the store) is selective: full-text search scores every match, vector search scans exactly.
 FILTERED_EXACT_ROWS = 20_000
 COMPACT_MIN_BATCH = 500  # writes of this many items may merge the BM25 index's blocks
@@ -503,13 +503,12 @@ class PostgresBackend:
                 lambda conn: conn.execute(statement, params).fetchall())]
 
         def work(conn: Connection[Any]) -> list[Any]:
-            if not area.filters.needs_row_filter or fulltext.keeps_many(conn, area, self.filtered_exact_rows):
-                found = fulltext.search(conn, terms, area, limit, self.bm25_weights,
-                                        self.bm25_exact_top, self.bm25_tail, self._ids,
-                                        self._blocks)
-                if found is not None:
-                    return found
-            return conn.execute(statement, params).fetchall()
+            scoped = area.filters.needs_row_filter and not selectivity.keeps_many(
+                conn, area, self.filtered_exact_rows)
+            found = fulltext.search(conn, terms, area, limit, self.bm25_weights,
+                                    self.bm25_exact_top, self.bm25_tail, self._ids,
+                                    self._blocks, scoped=scoped)
+            return found if found is not None else conn.execute(statement, params).fetchall()
 
         return [(r[0], float(r[1])) for r in self._search(work)]
 
@@ -530,7 +529,7 @@ class PostgresBackend:
             query = codec.query(vector, dim)
             if query is None or not np.any(query):  # a zero vector has no cosine
                 return []
-            selective = area.filters.needs_row_filter and not fulltext.keeps_many(
+            selective = area.filters.needs_row_filter and not selectivity.keeps_many(
                 conn, area, self.filtered_exact_rows)
             if probes is None or selective:
                 # A small store, or a filter that keeps few rows: the exact scan is the fast

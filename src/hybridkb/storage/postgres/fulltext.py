@@ -38,7 +38,6 @@ META_COMPACTED = "pg_bm25_compacted_items"  # items in the store at the last mer
 # per bucket, and merging those rewrote the whole index for nothing measurable).
 AUTO_MIN_BLOCKS = 4
 _LOCK_COMPACT = "hybridkb.bm25_compact"
-BROAD_SHARE = 0.2  # a filter keeping this share of the store is broad, whatever its rows
 FIRST_BUDGET = 4000  # postings read in the first round (at least 8 per wanted result)
 # A query whose terms hold at most this many postings reads them all in one round: at the
 # depth a search asks (300), the rounds below read nearly every posting anyway, one
@@ -114,6 +113,8 @@ SELECT array_send(coalesce(array_agg(i.rowid), '{{}}'::bigint[])) FROM items i
 WHERE {in_corpora} AND ({excluded})
 """
 _CHECK = "SELECT i.rowid, i.id, {ok} FROM items i WHERE i.rowid = ANY(%s)"
+# The rows a selective filter keeps that hold some term (_Run.scoped).
+_SCOPED = "SELECT i.rowid, i.id FROM items i WHERE {in_corpora} AND {ok} AND i.tsv @@ ({query})"
 # Exact term counts of candidates, as sql.text_search computes them.
 _SCORE = "WITH " + q.terms_cte("unnest(%s::text[], %s::int[])") + """
 SELECT m.rowid, length(m.tsv), t.ord, {n}, {n_title}
@@ -186,22 +187,6 @@ def compact(conn: Connection[Any], min_blocks: int = 2) -> None:
     conn.execute(q.SET_META, [META_COMPACTED, str(int(row[0]) if row else 0)])
 
 
-def keeps_many(conn: Connection[Any], area: SearchArea, min_rows: int) -> bool:
-    """Whether the planner expects the filters to keep at least `min_rows` rows or
-    BROAD_SHARE of the store (0: always): else full-text search scores every match and
-    vector search scans the filtered rows exactly."""
-    if min_rows <= 0:
-        return True
-    where, params = q.filter_sql(area)
-    plan = conn.execute(
-        sql.SQL("EXPLAIN (FORMAT JSON) SELECT 1 FROM items i WHERE {}").format(where),
-        params).fetchone()
-    rows = float(plan[0][0]["Plan"]["Plan Rows"]) if plan else 0.0
-    total = conn.execute(q.STORE_ITEMS).fetchone()
-    share = rows / max(1.0, float(total[0]) if total else 1.0)
-    return rows >= min_rows or share >= BROAD_SHARE
-
-
 class IdCache:
     """Item ids by rowid, kept across searches. A rowid is an identity value given to one
     item for good (no statement changes an item's id or reuses a rowid), so an entry only
@@ -227,12 +212,14 @@ class IdCache:
 def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit: int,
            weights: tuple[float, float], exact_top: int | None = None,
            tail: str = "bounds", ids: IdCache | None = None,
-           blocks: blockcache.BlockCache | None = None) -> ScoredIds | None:
+           blocks: blockcache.BlockCache | None = None, scoped: bool = False) -> ScoredIds | None:
     """The BM25 top `limit` over the OR of `terms`, or None when this query is better
     answered by scoring every match (sql.text_search). Exact to the full depth, or, with
     `exact_top`, exact for the best `exact_top` and filled below from the documents seen
     (scores by `tail`, never above the exact ones). `ids` keeps item ids across searches,
-    `blocks` the index's blocks read (blockcache.py)."""
+    `blocks` the index's blocks read (blockcache.py). `scoped` (a filter that keeps few
+    rows): every row the filters keep that holds a term is scored exactly, with the
+    statistics of the corpora (df from the index), instead of reading postings."""
     early = exact_top is not None and exact_top < limit
     stats_in, stats_params = q._in_corpora("corpus", area.corpora)
     buckets_in, buckets_params = q._in_corpora("b.corpus", area.corpora)
@@ -276,7 +263,7 @@ def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit:
                                     counts, weights, avgdl))
     if not plans:
         return []
-    if not any(p.exact for p in plans):
+    if not scoped and not any(p.exact for p in plans):
         return None
     info = conn.info
     known = ids.table((info.host, info.port, info.dbname, file)) if ids is not None else None
@@ -284,6 +271,8 @@ def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit:
     if blocks is not None:
         run.blocks = blocks
     run.members = [None if p.exact else phrase_rows.get(p.ord) for p in plans]
+    if scoped:
+        return run.scoped()
     if early:
         run.exact_top, run.tail = max(1, exact_top or 1), tail
     return run.run()
@@ -330,7 +319,8 @@ class _Run:
         self.exact = np.array([p.exact for p in plans], dtype=bool)
         self.checked: dict[int, tuple[str, bool]] = {}  # rowid -> (id, passes the filters)
         ok, self.ok_params = q.filter_sql(area, corpus=False)
-        self.check_sql = sql.SQL(_CHECK).format(ok=sql.SQL("({})").format(ok))
+        self.check_sql_ok = sql.SQL("({})").format(ok)
+        self.check_sql = sql.SQL(_CHECK).format(ok=self.check_sql_ok)
         self.read_sql, self.read_params = _fmt(_READ, area, "b")
         self.read_all_sql, _ = _fmt(blockcache.READ_ALL, area, "b")
         self.blocks = blockcache.BlockCache(0)  # blocks across searches (none kept: 0)
@@ -534,6 +524,19 @@ class _Run:
                     self.ids[int(rowid)] = item_id
             for r in todo:  # gone (cannot happen within one snapshot; never return it)
                 self.checked.setdefault(r, ("", False))
+
+    def scoped(self) -> ScoredIds:
+        """Every row the filters keep that holds a term, scored exactly: the exact
+        statement's answer without scoring the rows the filters drop (that statement scores
+        every match in the corpora to count df, which the index already holds)."""
+        statement, corpus_params = _fmt(_SCOPED, self.area, "i", ok=self.check_sql_ok,
+                                        query=q._or_query(len(self.terms)))
+        rows = self.conn.execute(statement, [*corpus_params, *self.ok_params, *self.terms])
+        self.checked.update((int(r), (item_id, True)) for r, item_id in rows)
+        scores = self._score(list(self.checked)) if self.checked else {}
+        ranked = sorted(((self.checked[r][0], s) for r, s in scores.items()),
+                        key=lambda hit: (-hit[1], hit[0]))
+        return ranked[: self.limit]
 
     def _finish(self, docs: topk.Ints, lower: topk.Floats, known: Any, held: Any,
                 limit: int, also: topk.Ints | None = None) -> ScoredIds:
