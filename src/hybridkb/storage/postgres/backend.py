@@ -70,8 +70,9 @@ BM25_SEARCHES = ("topk", "exact")
 # early stop has seen, scored by `BM25_TAILS` (fulltext.EXACT_TOP); None: exact to the depth.
 BM25_EXACT_TOP: int | None = None
 BM25_TAILS = ("bounds", "exact")
-# A filter the planner expects to keep fewer rows than this (and < selectivity.BROAD_SHARE of
-# the store) is selective: full-text search scores every match, vector search scans exactly.
+# A filter on columns the planner expects to keep fewer rows than this (and <
+# selectivity.BROAD_SHARE of the store) is selective: full-text search scores only the rows
+# it keeps, vector search scans them exactly. Conditions on JSON values never count.
 FILTERED_EXACT_ROWS = 20_000
 COMPACT_MIN_BATCH = 500  # writes of this many items may merge the BM25 index's blocks
 REPLICA_WAIT_S = 1.0  # read-your-writes: how long a replica may take to catch up
@@ -503,8 +504,7 @@ class PostgresBackend:
                 lambda conn: conn.execute(statement, params).fetchall())]
 
         def work(conn: Connection[Any]) -> list[Any]:
-            scoped = area.filters.needs_row_filter and not selectivity.keeps_many(
-                conn, area, self.filtered_exact_rows)
+            scoped = not selectivity.keeps_many(conn, area, self.filtered_exact_rows)
             found = fulltext.search(conn, terms, area, limit, self.bm25_weights,
                                     self.bm25_exact_top, self.bm25_tail, self._ids,
                                     self._blocks, scoped=scoped)
@@ -529,8 +529,7 @@ class PostgresBackend:
             query = codec.query(vector, dim)
             if query is None or not np.any(query):  # a zero vector has no cosine
                 return []
-            selective = area.filters.needs_row_filter and not selectivity.keeps_many(
-                conn, area, self.filtered_exact_rows)
+            selective = not selectivity.keeps_many(conn, area, self.filtered_exact_rows)
             if probes is None or selective:
                 # A small store, or a filter that keeps few rows: the exact scan is the fast
                 # plan (and exact; ties fall as SQLite's).

@@ -319,8 +319,8 @@ class _Run:
         self.exact = np.array([p.exact for p in plans], dtype=bool)
         self.checked: dict[int, tuple[str, bool]] = {}  # rowid -> (id, passes the filters)
         ok, self.ok_params = q.filter_sql(area, corpus=False)
-        self.check_sql_ok = sql.SQL("({})").format(ok)
-        self.check_sql = sql.SQL(_CHECK).format(ok=self.check_sql_ok)
+        self.ok_sql = sql.SQL("({})").format(ok)
+        self.check_sql = sql.SQL(_CHECK).format(ok=self.ok_sql)
         self.read_sql, self.read_params = _fmt(_READ, area, "b")
         self.read_all_sql, _ = _fmt(blockcache.READ_ALL, area, "b")
         self.blocks = blockcache.BlockCache(0)  # blocks across searches (none kept: 0)
@@ -529,7 +529,7 @@ class _Run:
         """Every row the filters keep that holds a term, scored exactly: the exact
         statement's answer without scoring the rows the filters drop (that statement scores
         every match in the corpora to count df, which the index already holds)."""
-        statement, corpus_params = _fmt(_SCOPED, self.area, "i", ok=self.check_sql_ok,
+        statement, corpus_params = _fmt(_SCOPED, self.area, "i", ok=self.ok_sql,
                                         query=q._or_query(len(self.terms)))
         rows = self.conn.execute(statement, [*corpus_params, *self.ok_params, *self.terms])
         self.checked.update((int(r), (item_id, True)) for r, item_id in rows)

@@ -22,14 +22,15 @@ BROAD_SHARE = 0.2  # a filter keeping this share of the store is broad, whatever
 
 def keeps_many(conn: Connection[Any], area: SearchArea, min_rows: int) -> bool:
     """Whether the filters keep at least `min_rows` rows or BROAD_SHARE of the store (0:
-    always): else full-text search scores only the rows they keep and vector search scans
-    them exactly. Only the filters on columns count, by the planner's estimate: those are
-    what an index finds the kept rows through. Conditions on JSON values (metadata, paths,
-    languages) have no index and no statistics (the planner assumed 0.5% of the rows for
-    an equality, so a filter keeping 59% of a million items was scanned exactly: 5 s); the
-    rows they keep can only be found by reading every row the column filters keep, which
-    measured slower than the index paths even for a filter keeping 0.9% of 1M items (vector
-    4.3 s against 1.1 s, full text 4.2 s against 0.9 s)."""
+    always; also when they filter by nothing but corpus, expiry and staleness): else
+    full-text search scores only the rows they keep and vector search scans them exactly.
+    Only the filters on columns count, by the planner's estimate: those are what an index
+    finds the kept rows through. Conditions on JSON values (metadata, paths, languages)
+    have no index and no statistics (the planner assumed 0.5% of the rows for an equality,
+    so a filter keeping 59% of a million items was scanned exactly: 5 s); the rows they
+    keep can only be found by reading every row the column filters keep, which measured
+    slower than the index paths even for a filter keeping 0.9% of 1M items (vector 4.3 s
+    against 1.1 s, full text 4.2 s against 0.9 s)."""
     if min_rows <= 0:
         return True
     columns = replace(area.filters, metadata=(), paths=None, languages=None)
