@@ -69,6 +69,21 @@ def test_iter_items_agrees_with_search_filters(kb: KnowledgeBase) -> None:
         assert walked == found, filters
 
 
+def test_metadata_filters_compare_values_not_containment(kb: KnowledgeBase) -> None:
+    """A metadata filter matches a value equal to one it names (2 equals 2.0; true and 1
+    match each other as in SQLite's JSON), never a list or object that merely holds it
+    (PostgreSQL finds the rows through containment, which would)."""
+    kb.add("deploy one", id="x1", metadata={"tags": ["a", "b"], "n": 2.0, "o": {"k": "a"}})
+    kb.add("deploy two", id="x2", metadata={"tags": "a", "n": 2, "o": "a"})
+    kb.add("deploy three", id="x3", metadata={"tags": "b", "n": True})
+    for filters, expected in (({"tags": "a"}, ["x2"]), ({"tags": ["a", "b"]}, ["x2", "x3"]),
+                              ({"n": 2}, ["x1", "x2"]), ({"n": 2.0}, ["x1", "x2"]),
+                              ({"n": 1}, ["x3"]), ({"n": True}, ["x3"]), ({"o": "a"}, ["x2"]),
+                              ({"k": "a"}, [])):
+        found = kb.search("deploy", mode="fts", filters={"metadata": filters}, limit=10)
+        assert sorted(found.ids) == expected, filters
+
+
 def test_item_matches_times_and_types() -> None:
     item = Item("x", id="i", created_at=100.0, updated_at=200.0, metadata={"n": 1, "l": ["a"], "b": True})
     assert item_matches(item, Filters(created_after=100.0, created_before=101.0), now=0)

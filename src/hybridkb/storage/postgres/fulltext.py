@@ -50,6 +50,10 @@ FULL_READ = 4_000_000
 READ_PARTS = 4
 PART_MIN = 50_000
 _CHECK_CHUNK = 4  # documents checked against the filters: this many times k at first
+# A selective filter's kept rows are scored from their tsvectors when there are fewer than
+# the query's postings over this; else from the postings (scoped; measured in
+# docs/benchmarks.md, issue #16 tenth pass).
+SCOPED_POSTINGS_PER_ROW = 1000
 MAX_UNSURE = 64  # candidates left to score one by one before the reads stop
 # Early stop only: when more are left, up to this many of the likeliest (best upper
 # bounds) are scored exactly, MAX_UNSURE at a time: their scores raise the threshold,
@@ -114,7 +118,7 @@ WHERE {in_corpora} AND ({excluded})
 """
 _CHECK = "SELECT i.rowid, i.id, {ok} FROM items i WHERE i.rowid = ANY(%s)"
 # The rows a selective filter keeps that hold some term (_Run.scoped).
-_SCOPED = "SELECT i.rowid, i.id FROM items i WHERE {in_corpora} AND {ok} AND i.tsv @@ ({query})"
+_KEPT = "SELECT i.rowid, i.id FROM items i WHERE {in_corpora} AND {ok}"
 # Exact term counts of candidates, as sql.text_search computes them.
 _SCORE = "WITH " + q.terms_cte("unnest(%s::text[], %s::int[])") + """
 SELECT m.rowid, length(m.tsv), t.ord, {n}, {n_title}
@@ -319,8 +323,9 @@ class _Run:
         self.exact = np.array([p.exact for p in plans], dtype=bool)
         self.checked: dict[int, tuple[str, bool]] = {}  # rowid -> (id, passes the filters)
         ok, self.ok_params = q.filter_sql(area, corpus=False)
-        self.ok_sql = sql.SQL("({})").format(ok)
-        self.check_sql = sql.SQL(_CHECK).format(ok=self.ok_sql)
+        self.ok_sql = sql.SQL("({})").format(ok)  # finds rows (scoped): containment too
+        ok_row, self.ok_row_params = q.filter_sql(area, corpus=False, indexed=False)
+        self.check_sql = sql.SQL(_CHECK).format(ok=sql.SQL("({})").format(ok_row))
         self.read_sql, self.read_params = _fmt(_READ, area, "b")
         self.read_all_sql, _ = _fmt(blockcache.READ_ALL, area, "b")
         self.blocks = blockcache.BlockCache(0)  # blocks across searches (none kept: 0)
@@ -330,6 +335,7 @@ class _Run:
         # other document passes, and only ids are fetched, those not in `ids` (IdCache).
         self.excluded: Any = excluded
         self.ids = ids if excluded is not None else None
+        self.kept: topk.Ints | None = None  # every rowid the filters keep, sorted (scoped)
         self.exact_top, self.tail = limit, "exact"  # the early stop's (exact_top < limit)
         self.postings = 0  # read so far
         self.scored: dict[int, float] = {}  # rowid -> exact score, scored before the end
@@ -496,6 +502,9 @@ class _Run:
         if self.excluded is not None:
             passing = ~np.isin(docs, self.excluded)
             return passing, passing
+        if self.kept is not None:
+            passing = _within(docs, self.kept)
+            return passing, passing
         order = np.argsort(-lower, kind="stable")
         want = _CHECK_CHUNK * self.limit
         while True:
@@ -518,7 +527,7 @@ class _Run:
             self.checked.update((r, (known[r], True)) for r in todo if r in known)
             todo = [r for r in todo if r not in known]
         if todo:
-            for rowid, item_id, ok in self.conn.execute(self.check_sql, [*self.ok_params, todo]):
+            for rowid, item_id, ok in self.conn.execute(self.check_sql, [*self.ok_row_params, todo]):
                 self.checked[int(rowid)] = (item_id, bool(ok))
                 if self.ids is not None:
                     self.ids[int(rowid)] = item_id
@@ -526,14 +535,23 @@ class _Run:
                 self.checked.setdefault(r, ("", False))
 
     def scoped(self) -> ScoredIds:
-        """Every row the filters keep that holds a term, scored exactly: the exact
-        statement's answer without scoring the rows the filters drop (that statement scores
-        every match in the corpora to count df, which the index already holds)."""
-        statement, corpus_params = _fmt(_SCOPED, self.area, "i", ok=self.ok_sql,
-                                        query=q._or_query(len(self.terms)))
-        rows = self.conn.execute(statement, [*corpus_params, *self.ok_params, *self.terms])
+        """The exact statement's answer for a filter that keeps few rows, without scoring
+        the rows it drops (that statement scores every match in the corpora to count df,
+        which the index already holds). The kept rows are read first (through the
+        indexes); few are scored from their tsvectors, more from the terms' postings
+        with every other document dropped (a row's tsvector costs about as much as
+        SCOPED_POSTINGS_PER_ROW postings)."""
+        statement, corpus_params = _fmt(_KEPT, self.area, "i", ok=self.ok_sql)
+        rows = self.conn.execute(statement, [*corpus_params, *self.ok_params],
+                                 prepare=False).fetchall()  # planned for the values
+        if not rows:
+            return []
         self.checked.update((int(r), (item_id, True)) for r, item_id in rows)
-        scores = self._score(list(self.checked)) if self.checked else {}
+        postings = sum(int(p.counts.sum()) for p in self.plans)
+        if len(rows) * SCOPED_POSTINGS_PER_ROW > postings:
+            self.kept = np.sort(np.fromiter(self.checked, dtype=np.int64, count=len(rows)))
+            return self.run()
+        scores = self._score(list(self.checked))
         ranked = sorted(((self.checked[r][0], s) for r, s in scores.items()),
                         key=lambda hit: (-hit[1], hit[0]))
         return ranked[: self.limit]
