@@ -11,9 +11,8 @@ the best hits (or the documents near the top, checked against a filter), none wh
 IdCache holds them all. Scores equal sql.text_search's (same statistics: N, average length
 and df of the corpora searched), so the two paths are interchangeable (with `exact_top`,
 for the best `exact_top`: the ranks below come from the documents read, never above their
-scores); sql.py's one statement remains the path for filters that keep few rows (the index
-would read many postings of documents the filter then drops) and for queries made only of
-phrases.
+scores). A filter that keeps few rows reads them first and scores only them (`scoped`);
+sql.py's one statement remains the path for unfiltered queries made only of phrases.
 """
 
 from __future__ import annotations
