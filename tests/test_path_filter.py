@@ -12,7 +12,7 @@ import hybridkb
 from hybridkb import HashingEmbedder, InvalidFilterError, KnowledgeBase
 from hybridkb.cli import cli
 from hybridkb.ingest import index_folder
-from hybridkb.pathglob import glob_regex, paths_regex
+from hybridkb.pathglob import glob_regex, literal_prefix, paths_regex
 
 PATHS = ["README.md", "src/app.py", "src/pkg/core.py", "src/pkg/core.pyi", "src/web/ui.ts",
          "docs/guide.md", "docs/api/ref.md", "srcx/other.py", "tests/test_app.py"]
@@ -47,6 +47,42 @@ def test_several_patterns_are_any_of_and_bad_ones_are_refused() -> None:
             glob_regex(bad)
     with pytest.raises(InvalidFilterError, match="takes strings"):
         hybridkb.model.parse_filters({"path": 3})
+
+
+def test_a_pattern_matches_only_paths_starting_with_its_literal_prefix() -> None:
+    """The prefix an index finds candidates by never drops a path the regex matches."""
+    import random
+
+    rng = random.Random(5)
+    parts = ["src", "docs", "a_b", "a%b", "we\\ird", "x.py", "y.md", "pkg", "[z]", "c?d"]
+    paths = ["/".join(rng.choice(parts) for _ in range(rng.randint(1, 4))) for _ in range(400)]
+    pieces = [*parts, "*", "**", "?", "*.py", "[ax]*"]
+    patterns = ["/".join(rng.choice(pieces) for _ in range(rng.randint(1, 4))) for _ in range(400)]
+    patterns += [*(p + "/" for p in patterns[:50]), "src", "docs/", "**/x.py", "*.md", "/src/*"]
+    narrowed = 0
+    for pattern in patterns:
+        regex, prefix = re.compile(glob_regex(pattern)), literal_prefix(pattern)
+        narrowed += bool(prefix)
+        for path in paths:
+            if regex.search(path):
+                assert path.startswith(prefix), (pattern, prefix, path)
+    assert narrowed > 200  # most patterns here have a prefix to narrow by
+    assert (literal_prefix("src/**/*.py"), literal_prefix("docs/"), literal_prefix("*.md")) == (
+        "src/", "docs", "")
+
+
+def test_path_filters_with_like_wildcards_in_their_prefix(kb: KnowledgeBase) -> None:
+    """`%`, `_` and backslash in a pattern are literal characters (PostgreSQL's LIKE prefix
+    escapes them), on both backends."""
+    for i, path in enumerate(["a_b/x.py", "axb/x.py", "a%b/x.py", "aZZb/x.py", "w\\d/x.py",
+                              "wd/x.py"]):
+        kb.add(f"marker text {i} " + " ".join(["alpha", "beta", "gamma", "delta"][:i % 4 + 1]) * (i + 1),
+               id=f"p{i}", metadata={"path": path})
+    for pattern, expected in (("a_b/*.py", ["a_b/x.py"]), ("a%b/", ["a%b/x.py"]),
+                              ("w\\d/**", ["w\\d/x.py"]), ("a*/x.py", ["a%b/x.py", "aZZb/x.py", "a_b/x.py", "axb/x.py"])):
+        found = kb.search("marker", mode="fts", limit=20, filters={"path": pattern},
+                          dedup_threshold=None)
+        assert sorted(str(h.metadata["path"]) for h in found.hits) == sorted(expected), pattern
 
 
 @pytest.fixture

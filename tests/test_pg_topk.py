@@ -497,8 +497,8 @@ def test_a_selective_filter_scores_only_its_rows_as_the_exact_statement(
 def test_filters_count_by_the_rows_an_index_finds(pg_url: str) -> None:
     """Column filters by the planner's estimate, metadata filters by their containment
     form's (the GIN index on metadata finds those rows; the JSON equality itself the
-    planner guesses at 0.5%, which would make every metadata filter look selective); path
-    patterns have no index and count as keeping every row."""
+    planner guesses at 0.5%, which would make every metadata filter look selective), path
+    patterns by their literal prefixes (a pattern without one keeps every row)."""
     from hybridkb.storage.postgres import selectivity
     from hybridkb.storage.postgres import sql as pg_sql
 
@@ -506,7 +506,8 @@ def test_filters_count_by_the_rows_an_index_finds(pg_url: str) -> None:
     try:
         items = _items(13, 3000)
         for i, item in enumerate(items):
-            item["metadata"] = {"team": "rare" if i % 100 == 0 else "most", "n": i % 2}
+            team = "rare" if i % 100 == 0 else "most"
+            item["metadata"] = {"team": team, "n": i % 2, "path": f"{team}/f{i}.py"}
             item["kind"] = "rare" if i % 100 == 1 else item["kind"]
         kb.add_many(items, batch_size=1000)
         with kb.backend._pool.connection() as conn:  # type: ignore[attr-defined]
@@ -519,7 +520,7 @@ def test_filters_count_by_the_rows_an_index_finds(pg_url: str) -> None:
 
             assert keeps(metadata=(("team", ("most",)),)) and keeps(metadata=(("n", (1,)),))
             assert not keeps(metadata=(("team", ("rare",)),))
-            assert keeps(paths=("src/",)) and keeps(kinds=("note", "decision"))
+            assert keeps(kinds=("note", "decision"))
             assert not keeps(kinds=("rare",))
             assert not keeps(kinds=("rare",), metadata=(("team", ("most",)),))
             assert not keeps(kinds=("note", "decision"), metadata=(("team", ("rare",)),))
@@ -528,5 +529,12 @@ def test_filters_count_by_the_rows_an_index_finds(pg_url: str) -> None:
             plan = "\n".join(r[0] for r in conn.execute(
                 "EXPLAIN SELECT 1 FROM items i WHERE i.metadata @> %s::jsonb", ['{"team": "rare"}']))
             assert "items_metadata" in plan, plan
+            assert not keeps(paths=("rare/**/*.py",)) and not keeps(paths=("rare/", "most/x"))
+            assert keeps(paths=("most/",)) and keeps(paths=("*.py",))  # no prefix: every row
+            assert keeps(paths=("rare/", "**/x.py"))
+            plan = "\n".join(r[0] for r in conn.execute(
+                "EXPLAIN SELECT 1 FROM items i WHERE (i.metadata ->> 'path') LIKE %s",
+                ["rare/%"]))
+            assert "items_path" in plan, plan
     finally:
         kb.close()

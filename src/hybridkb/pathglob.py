@@ -96,3 +96,26 @@ def paths_regex(patterns: Sequence[str]) -> str:
         raise InvalidFilterError(f"filter 'path' takes 1 to {MAX_PATTERNS} patterns")
     parts = [glob_regex(p) for p in patterns]
     return parts[0] if len(parts) == 1 else "|".join(f"(?:{p})" for p in parts)
+
+
+def literal_prefix(pattern: str) -> str:
+    """What every path `pattern` matches starts with ("" when it can start anywhere): the
+    text before its first wildcard, for an index to find candidates by (PostgreSQL's
+    `LIKE 'prefix%'`); the regex still decides. Call after glob_regex accepted it."""
+    text = pattern.strip().lstrip("/")
+    while text.startswith("./"):
+        text = text[2:]
+    if not any(c in text for c in "*?["):
+        return text.rstrip("/")
+    if "/" not in text.rstrip("/"):
+        return ""  # a name matched at any depth
+    cut = min(text.index(c) for c in "*?[" if c in text)
+    return text[:cut]
+
+
+def common_prefixes(patterns: Sequence[str]) -> list[str] | None:
+    """Each pattern's literal prefix, or None when one of them has none (then no prefix
+    narrows the paths)."""
+    prefixes = [literal_prefix(p) for p in patterns]
+    return prefixes if all(prefixes) else None
+

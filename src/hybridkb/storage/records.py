@@ -16,7 +16,6 @@ from typing import Any, Protocol
 from ..dedup import word_print
 from ..errors import DimensionMismatchError, StoreError
 from ..model import Item, StoredItem
-from ..pathglob import paths_regex
 from .contract import SearchArea
 
 # -- meta keys: what the store records about itself ----------------------------------------
@@ -109,14 +108,15 @@ class FilterDialect:
     `mark` is the placeholder; `one_of(column, values)` is "column equals one of values"
     with its bound values; `is_false(column)` tests a boolean column; `metadata_in(alias,
     key, values)` is "metadata[key] equals one of values" with its bound values;
-    `path_matches(alias, regex)` is "metadata.path matches the regex" (pathglob.py).
+    `path_matches(alias, patterns)` is "metadata.path matches one of the path patterns"
+    (pathglob.py: one regex for them all, which both dialects run).
     """
 
     mark: str
     one_of: Callable[[str, Sequence[Any]], tuple[str, list[Any]]]
     is_false: Callable[[str], str]
     metadata_in: Callable[[str, str, Sequence[Any]], tuple[str, list[Any]]]
-    path_matches: Callable[[str, str], tuple[str, list[Any]]]
+    path_matches: Callable[[str, Sequence[str]], tuple[str, list[Any]]]
 
 
 def filter_conditions(
@@ -148,7 +148,7 @@ def filter_conditions(
     for key, values in f.metadata:
         add(*dialect.metadata_in(alias, key, values))
     if f.paths:
-        add(*dialect.path_matches(alias, paths_regex(f.paths)))
+        add(*dialect.path_matches(alias, f.paths))
     if f.languages:
         add(*dialect.metadata_in(alias, "language", f.languages))
     for column, op, value in (("created_at", ">=", f.created_after),

@@ -29,7 +29,8 @@ def keeps_many(conn: Connection[Any], area: SearchArea, min_rows: int) -> bool:
     estimates from the column's statistics and the GIN index on metadata serves. Not the
     JSON equality itself: the planner guesses 0.5% of the rows for it, which once made a
     filter keeping 59% of a million items count as selective (an exact scan: 5 s). Path
-    patterns have no index and count as keeping every row."""
+    patterns count by their literal prefixes (the index on metadata.path); one that
+    matches a name at any depth (`*.md`) counts as keeping every row."""
     if min_rows <= 0:
         return True
     f = area.filters
@@ -37,6 +38,8 @@ def keeps_many(conn: Connection[Any], area: SearchArea, min_rows: int) -> bool:
     contained = [c for key, values in (*f.metadata, *([("language", f.languages)]
                                                        if f.languages else []))
                  if (c := q.metadata_containment("i", key, values)) is not None]
+    if f.paths and (prefixed := q.path_prefixes("i", f.paths)) is not None:
+        contained.append(prefixed)
     if not (indexed.needs_row_filter or contained):
         return True
     where, params = q.filter_sql(replace(area, filters=indexed))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ...pathglob import paths_regex
 from .. import records
 from ..contract import SearchArea
 from .tables import marks
@@ -23,7 +24,8 @@ _DIALECT = records.FilterDialect(
     is_false=lambda column: f"{column} = 0",
     metadata_in=_metadata_in,
     # REGEXP is the Python function driver.connect registers on every connection
-    path_matches=lambda alias, regex: (f"json_extract({alias}.metadata, '$.path') REGEXP ?", [regex]),
+    path_matches=lambda alias, patterns: (f"json_extract({alias}.metadata, '$.path') REGEXP ?",
+                                          [paths_regex(patterns)]),
 )
 
 
