@@ -532,6 +532,13 @@ def test_filters_count_by_the_rows_an_index_finds(pg_url: str) -> None:
             assert not keeps(paths=("rare/**/*.py",)) and not keeps(paths=("rare/", "most/x"))
             assert keeps(paths=("most/",)) and keeps(paths=("*.py",))  # no prefix: every row
             assert keeps(paths=("rare/", "**/x.py"))
+            # By default the most rows kept grows with the store: sqrt(5 * 300 * 3000) = 2,121
+            assert selectivity.most_kept_rows(3000, 300) == pytest.approx(2121.3, abs=0.1)
+            auto = SearchArea(corpora=("c",), filters=Filters(kinds=("rare",)), now=time.time())
+            assert not selectivity.keeps_many(conn, auto, None)
+            assert selectivity.keeps_many(conn, auto, 0) and selectivity.keeps_many(conn, auto, 10)
+        with pytest.raises(hybridkb.InvalidInputError, match="filtered_exact_rows"):
+            hybridkb.open(pg_url, embedder=None, filtered_exact_rows=-1)
             plan = "\n".join(r[0] for r in conn.execute(
                 "EXPLAIN SELECT 1 FROM items i WHERE (i.metadata ->> 'path') LIKE %s",
                 ["rare/%"]))

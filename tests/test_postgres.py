@@ -232,7 +232,7 @@ def test_filtered_knn_fills_limit_through_the_vector_index(
     rng = np.random.default_rng(5)
     vectors = rng.standard_normal((n, 64)).astype(np.float32)
     # filtered_exact_rows=0: even a filter keeping 1% probes the index (by default, a filter
-    # the planner expects to keep under 20,000 rows is answered by an exact scan).
+    # keeping fewer rows than selectivity.most_kept_rows is answered by an exact scan).
     with hybridkb.open(pg_url, embedder=HashingEmbedder(64), vector_index_min_rows=1000,
                        filtered_exact_rows=0) as kb:
         kb.add_many(({"id": f"v{k}", "text": f"item {k}", "vector": vectors[k],

@@ -70,10 +70,10 @@ BM25_SEARCHES = ("topk", "exact")
 # early stop has seen, scored by `BM25_TAILS` (fulltext.EXACT_TOP); None: exact to the depth.
 BM25_EXACT_TOP: int | None = None
 BM25_TAILS = ("bounds", "exact")
-# A filter on columns the planner expects to keep fewer rows than this (and <
-# selectivity.BROAD_SHARE of the store) is selective: full-text search scores only the rows
-# it keeps, vector search scans them exactly. Conditions on JSON values never count.
-FILTERED_EXACT_ROWS = 20_000
+# A filter the planner expects to keep fewer rows than this (and < selectivity.BROAD_SHARE
+# of the store) is selective: full-text search scores only the rows it keeps, vector search
+# scans them exactly. None: selectivity.most_kept_rows, which grows with the store.
+FILTERED_EXACT_ROWS: int | None = None
 COMPACT_MIN_BATCH = 500  # writes of this many items may merge the BM25 index's blocks
 REPLICA_WAIT_S = 1.0  # read-your-writes: how long a replica may take to catch up
 DIM_REUSE_S = 1.0  # how long vector_dim() trusts the dimension it last read
@@ -101,7 +101,7 @@ class PostgresBackend:
         self, url: str, *, bm25_weights: tuple[float, float] = DEFAULT_BM25_WEIGHTS,
         ranking: str = "bm25", ts_normalization: int = 0,
         vector_index_min_rows: int = VECTOR_INDEX_MIN_ROWS, hnsw_min_rows: int | None = None,
-        bm25_search: str = "topk", filtered_exact_rows: int = FILTERED_EXACT_ROWS,
+        bm25_search: str = "topk", filtered_exact_rows: int | None = FILTERED_EXACT_ROWS,
         bm25_exact_top: int | None = BM25_EXACT_TOP, bm25_tail: str = "bounds",
         bm25_cache_mb: int = blockcache.DEFAULT_MB, replicas: Sequence[str] = (),
         read_your_writes: bool = False, replica_wait: float = REPLICA_WAIT_S,
@@ -127,7 +127,9 @@ class PostgresBackend:
             raise InvalidInputError(
                 f"unknown bm25_tail {bm25_tail!r}; use one of {', '.join(BM25_TAILS)}")
         self.bm25_exact_top, self.bm25_tail = bm25_exact_top, bm25_tail
-        self.filtered_exact_rows = int(filtered_exact_rows)
+        if (most := filtered_exact_rows) is not None and not (type(most) is int and most >= 0):
+            raise InvalidInputError(f"filtered_exact_rows must be None or an integer >= 0, got {most!r}")
+        self.filtered_exact_rows = filtered_exact_rows
         self.ts_normalization = int(ts_normalization)
         # `hnsw_min_rows`: the option's name while the index was HNSW, still accepted.
         self.index_min_rows = int(vector_index_min_rows if hnsw_min_rows is None else hnsw_min_rows)
@@ -504,7 +506,7 @@ class PostgresBackend:
                 lambda conn: conn.execute(statement, params).fetchall())]
 
         def work(conn: Connection[Any]) -> list[Any]:
-            scoped = not selectivity.keeps_many(conn, area, self.filtered_exact_rows)
+            scoped = not selectivity.keeps_many(conn, area, self.filtered_exact_rows, limit)
             found = fulltext.search(conn, terms, area, limit, self.bm25_weights,
                                     self.bm25_exact_top, self.bm25_tail, self._ids,
                                     self._blocks, scoped=scoped)
@@ -529,7 +531,7 @@ class PostgresBackend:
             query = codec.query(vector, dim)
             if query is None or not np.any(query):  # a zero vector has no cosine
                 return []
-            selective = not selectivity.keeps_many(conn, area, self.filtered_exact_rows)
+            selective = not selectivity.keeps_many(conn, area, self.filtered_exact_rows, limit)
             if probes is None or selective:
                 # A small store, or a filter that keeps few rows: the exact scan is the fast
                 # plan (and exact; ties fall as SQLite's).
@@ -548,11 +550,8 @@ class PostgresBackend:
     @staticmethod
     def _knn(conn: Connection[Any], query: Vector, area: SearchArea, limit: int, probes: int,
              explain: bool = False) -> list[Any]:
-        """The IVFFlat query, with its settings, in one round trip (a pipeline). Vector
-        statements are never prepared: psycopg prepares a statement run five times, and the
-        server may then plan it once for any filter values, where the values decide the
-        plan (a plan made for no metadata value in particular scanned a million items'
-        vectors in 5 s where the IVFFlat scan took 50 ms)."""
+        """The IVFFlat query, with its settings, in one round trip (a pipeline). Never
+        prepared: a plan made once for any filter values scanned 1M vectors (5 s)."""
         statement, params = q.vector_search(query, area, limit, exact=False)
         with conn.pipeline():
             conn.execute(ann.KNN_SETTINGS, [str(probes)])

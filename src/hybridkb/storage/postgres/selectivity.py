@@ -6,6 +6,7 @@ conversation of a memory store) and far slower when it keeps many.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -18,12 +19,28 @@ if TYPE_CHECKING:
     from psycopg import Connection
 
 BROAD_SHARE = 0.2  # a filter keeping this share of the store is broad, whatever its rows
+# What a kept row costs the exact paths against what a candidate costs the index paths
+# (below); measured on the benchmark's items with metadata filters keeping 0.9% to 26%.
+KEPT_ROW_COST = 5.0
 
 
-def keeps_many(conn: Connection[Any], area: SearchArea, min_rows: int) -> bool:
-    """Whether the filters keep at least `min_rows` rows or BROAD_SHARE of the store (0:
-    always; also when they filter by nothing but corpus, expiry and staleness): else
-    full-text search scores only the rows they keep and vector search scans them exactly.
+def most_kept_rows(store_items: float, depth: int) -> float:
+    """The most rows a selective filter keeps: past it the index paths are faster. The
+    exact paths read every kept row; the index paths read about depth * store / kept
+    candidates before `depth` of them pass, so the two cost the same at
+    sqrt(KEPT_ROW_COST * depth * store) kept rows. Measured (docs/benchmarks.md, issue #16
+    tenth pass): at 1,000,000 items the kept rows were faster up to 26,448 (2.6%) and the
+    indexes from 52,896 (5.3%); at 100,000, 8,816 (8.8%) and 17,632; this gives 38,700
+    and 12,200 at a depth of 300."""
+    return math.sqrt(KEPT_ROW_COST * max(depth, 10) * max(store_items, 0.0))
+
+
+def keeps_many(conn: Connection[Any], area: SearchArea, min_rows: int | None,
+               depth: int = 300) -> bool:
+    """Whether the filters keep at least `min_rows` rows (None: most_kept_rows; 0: always)
+    or BROAD_SHARE of the store (also when they filter by nothing but corpus, expiry and
+    staleness): else full-text search scores only the rows they keep and vector search
+    scans them exactly.
     Counted by the planner's estimate of the conditions an index finds rows through: the
     columns, and each metadata (or language) filter as containment, which the planner
     estimates from the column's statistics and the GIN index on metadata serves. Not the
@@ -31,7 +48,7 @@ def keeps_many(conn: Connection[Any], area: SearchArea, min_rows: int) -> bool:
     filter keeping 59% of a million items count as selective (an exact scan: 5 s). Path
     patterns count by their literal prefixes (the index on metadata.path); one that
     matches a name at any depth (`*.md`) counts as keeping every row."""
-    if min_rows <= 0:
+    if min_rows is not None and min_rows <= 0:
         return True
     f = area.filters
     indexed = replace(f, metadata=(), paths=None, languages=None)
@@ -50,6 +67,7 @@ def keeps_many(conn: Connection[Any], area: SearchArea, min_rows: int) -> bool:
         sql.SQL("EXPLAIN (FORMAT JSON) SELECT 1 FROM items i WHERE {}").format(where),
         params).fetchone()
     rows = float(plan[0][0]["Plan"]["Plan Rows"]) if plan else 0.0
-    total = conn.execute(q.STORE_ITEMS).fetchone()
-    share = rows / max(1.0, float(total[0]) if total else 1.0)
-    return rows >= min_rows or share >= BROAD_SHARE
+    found = conn.execute(q.STORE_ITEMS).fetchone()
+    total = max(1.0, float(found[0]) if found else 1.0)
+    most = most_kept_rows(total, depth) if min_rows is None else float(min_rows)
+    return rows >= most or rows / total >= BROAD_SHARE

@@ -381,7 +381,10 @@ LIMIT %s
 def vector_search(query: Vector, area: SearchArea, limit: int, *,
                   exact: bool) -> tuple[sql.Composed, list[Any]]:
     """KNN by cosine: (id, similarity) best first; relaxed-order results are re-sorted."""
-    where, params = filter_sql(area, indexed=exact)  # KNN: rows the vector index found
+    # Containment and path prefixes in the KNN statement too: with the JSON equality the
+    # planner guessed a filter keeping 17.6% of 100,000 items at 2%, and sorted every
+    # kept row (290 ms) instead of scanning the vector index.
+    where, params = filter_sql(area)
     statement = (sql.SQL(_EXACT).format(filters=where) if exact else
                  sql.SQL(_KNN).format(filters=where, order=knn_order(len(query), "v.embedding")))
     return statement, [query, *params, query, limit]
