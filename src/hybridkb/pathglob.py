@@ -45,6 +45,14 @@ def _class(pattern: str, i: int) -> tuple[str, int]:
     return ("[^/" if negate else "[") + "".join(body) + "]", j + 1
 
 
+def _normalized(pattern: str) -> str:
+    """The pattern relative to the indexed folder: no surrounding blanks, leading `/` or `./`."""
+    text = pattern.strip().lstrip("/")
+    while text.startswith("./"):
+        text = text[2:]
+    return text
+
+
 def glob_regex(pattern: str) -> str:
     """The anchored regex for one pattern (see the module docstring)."""
     if not isinstance(pattern, str) or not pattern.strip() or len(pattern) > MAX_PATTERN_CHARS:
@@ -52,9 +60,7 @@ def glob_regex(pattern: str) -> str:
             f"filter 'path': a pattern is a non-empty string of at most {MAX_PATTERN_CHARS} characters")
     if "\x00" in pattern:
         raise InvalidFilterError("filter 'path': the pattern contains a NUL character")
-    text = pattern.strip().lstrip("/")
-    while text.startswith("./"):
-        text = text[2:]
+    text = _normalized(pattern)
     if not any(c in text for c in "*?["):
         folder = text.rstrip("/")
         literal = "".join(_escape(c) for c in folder)
@@ -102,9 +108,7 @@ def literal_prefix(pattern: str) -> str:
     """What every path `pattern` matches starts with ("" when it can start anywhere): the
     text before its first wildcard, for an index to find candidates by (PostgreSQL's
     `LIKE 'prefix%'`); the regex still decides. Call after glob_regex accepted it."""
-    text = pattern.strip().lstrip("/")
-    while text.startswith("./"):
-        text = text[2:]
+    text = _normalized(pattern)
     if not any(c in text for c in "*?["):
         return text.rstrip("/")
     if "/" not in text.rstrip("/"):

@@ -116,7 +116,7 @@ SELECT array_send(coalesce(array_agg(i.rowid), '{{}}'::bigint[])) FROM items i
 WHERE {in_corpora} AND ({excluded})
 """
 _CHECK = "SELECT i.rowid, i.id, {ok} FROM items i WHERE i.rowid = ANY(%s)"
-# The rows a selective filter keeps that hold some term (_Run.scoped).
+# Every row a selective filter keeps (_Run.scoped), found through the filters' indexes.
 _KEPT = "SELECT i.rowid, i.id FROM items i WHERE {in_corpora} AND {ok}"
 # Exact term counts of candidates, as sql.text_search computes them.
 _SCORE = "WITH " + q.terms_cte("unnest(%s::text[], %s::int[])") + """
@@ -221,8 +221,8 @@ def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit:
     `exact_top`, exact for the best `exact_top` and filled below from the documents seen
     (scores by `tail`, never above the exact ones). `ids` keeps item ids across searches,
     `blocks` the index's blocks read (blockcache.py). `scoped` (a filter that keeps few
-    rows): every row the filters keep that holds a term is scored exactly, with the
-    statistics of the corpora (df from the index), instead of reading postings."""
+    rows): the rows the filters keep are read first and only they are scored, exactly,
+    with the statistics of the corpora (df from the index; _Run.scoped)."""
     early = exact_top is not None and exact_top < limit
     stats_in, stats_params = q._in_corpora("corpus", area.corpora)
     buckets_in, buckets_params = q._in_corpora("b.corpus", area.corpora)
@@ -548,7 +548,7 @@ class _Run:
         self.checked.update((int(r), (item_id, True)) for r, item_id in rows)
         postings = sum(int(p.counts.sum()) for p in self.plans)
         if len(rows) * SCOPED_POSTINGS_PER_ROW > postings:
-            self.kept = np.sort(np.fromiter(self.checked, dtype=np.int64, count=len(rows)))
+            self.kept = np.sort(np.array([int(r) for r, _ in rows], dtype=np.int64))
             return self.run()
         scores = self._score(list(self.checked))
         ranked = sorted(((self.checked[r][0], s) for r, s in scores.items()),

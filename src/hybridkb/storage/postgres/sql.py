@@ -209,7 +209,8 @@ _ROW_DIALECT = replace(_DIALECT, metadata_in=_metadata_equal, path_matches=_path
 def filter_sql(area: SearchArea, *, corpus: bool = True,
                indexed: bool = True) -> tuple[sql.Composable, list[Any]]:
     """Conditions (joined by AND) on `items i` and their bound values for a SearchArea;
-    `indexed=False` for rows already found (no containment for the index on metadata)."""
+    `indexed=False` for rows already found (metadata as equality, paths as the regex
+    alone: no conditions written for an index)."""
     dialect = _DIALECT if indexed else _ROW_DIALECT
     clauses, params = records.filter_conditions(area, dialect, corpus=corpus)
     return sql.SQL(" AND ".join(clauses) or "true"), params
