@@ -229,9 +229,11 @@ def _serve(options: Options, data: BenchData, store: Path, vectors: np.ndarray[A
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "benchmarks.serve", str(store), str(npz), options.embedder],
-            cwd=ROOT, capture_output=True, text=True, check=True,
+            cwd=ROOT, capture_output=True, text=True,
             env={**os.environ, "PYTHONPATH": os.pathsep.join(
                 p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)})
+        if proc.returncode:  # its own traceback, not only the exit status
+            raise RuntimeError(f"benchmarks.serve exited with {proc.returncode}: {proc.stderr[-3000:]}")
     finally:
         npz.unlink(missing_ok=True)
     served: dict[str, Any] = json.loads(proc.stdout)

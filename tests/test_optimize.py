@@ -44,7 +44,8 @@ def test_optimize_builds_the_text_index_and_the_graph(store: Path, monkeypatch: 
     result = runner.invoke(cli, ["--db", str(store), "optimize"])
     assert result.exit_code == 0, result.output
     assert f"text index: {N} documents" in result.stdout
-    assert f"vector index: {N} vectors, HNSW graph, recall@10 1.0 at ef 128, built now" in result.stdout
+    assert (f"vector index: {N} vectors, HNSW graph, recall@10 1.0 at ef 128, measured on "
+            f"pseudo-queries, built now") in result.stdout
     assert "vector index: graph" in result.stderr  # the progress bar of the graph build
     folder = published(store)
     assert folder is not None and (folder / "ann.usearch").is_file()

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,7 @@ __all__ = [
 
 # Face functions a user calls from Python, loaded on first use so `import hybridkb` stays light.
 _LAZY = {"index_folder": "ingest", "IndexSummary": "ingest"}
+_OFF = ("0", "false", "no", "off")
 
 
 def __getattr__(name: str) -> Any:
@@ -56,7 +58,8 @@ def __getattr__(name: str) -> Any:
 
 def open(
     target: str | Path, *, embedder: Embedder | str | None = "default",
-    score_policy: ScorePolicy | None = None, embed: str = "sync", **backend_options: Any,
+    score_policy: ScorePolicy | None = None, embed: str = "sync", sample_queries: bool | None = None,
+    **backend_options: Any,
 ) -> KnowledgeBase:
     """Open (creating if needed) a store: a file path for SQLite, a postgresql:// URL (or a
     libpq "host=... dbname=..." string) for PostgreSQL. An empty target is refused.
@@ -64,9 +67,14 @@ def open(
     `embedder` is "default" (all-MiniLM-L6-v2, offline), an Embedder, a name
     ("hashing-64"), or None for a full-text-only store. `embed="sync"` (the default)
     writes each item's vector with it; `embed="defer"` commits text only and leaves
-    the vectors to `kb.embed_pending()` (see `KnowledgeBase.embed_mode`).
+    the vectors to `kb.embed_pending()` (see `KnowledgeBase.embed_mode`). The store keeps
+    the vectors (not the text) of its last 512 queries, on which its vector index measures
+    its recall when built or optimized (storage/asked.py); `sample_queries=False` (or the
+    environment's HYBRIDKB_SAMPLE_QUERIES=0, for the CLI and servers) keeps none.
     """
     location = validation.check_target(target)
+    if sample_queries is None:
+        sample_queries = os.environ.get("HYBRIDKB_SAMPLE_QUERIES", "1").strip().lower() not in _OFF
     model = get_embedder(embedder)
     if validation.is_postgres_target(location):
         from .storage.postgres.backend import open_postgres
@@ -77,7 +85,8 @@ def open(
 
         backend = open_sqlite(location, **backend_options)
     try:
-        return KnowledgeBase(backend, model, score_policy=score_policy, embed=embed)
+        return KnowledgeBase(backend, model, score_policy=score_policy, embed=embed,
+                             sample_queries=sample_queries)
     except BaseException:
         backend.close()
         raise

@@ -212,10 +212,13 @@ def optimize(ctx: Context) -> None:
     report = ctx.kb().optimize()
     report["seconds"] = round(time.monotonic() - start, 3)
 
+    asked = report.get("measured_on_asked")
+    on = f"on {asked} asked queries" if asked else "on pseudo-queries"
+
     def human() -> None:
         if "bm25_merged" in report:  # PostgreSQL
             shape = (f"IVFFlat, {report.get('lists')} lists, {report.get('probes')} probes "
-                     f"(recall@10 {report.get('probe_recall')} measured at the build)"
+                     f"(recall@10 {report.get('probe_recall')} {on})"
                      if report["first_pass"] == "ivfflat" else "exact scan")
             done = "built now" if report.get("vector_index_built") else "already current"
             click.echo("BM25 index: blocks merged")
@@ -235,6 +238,8 @@ def optimize(ctx: Context) -> None:
             }.get(report["first_pass"], "exact scan")
             if report["graph"] and report["first_pass"] != "graph":
                 shape += f" (the graph measured recall@10 {report['graph_recall']})"
+            if report["first_pass"] in ("graph", "codes"):
+                shape += f", measured {on}"
             done = "built now" if report["vector_base_built"] else "already current"
             click.echo(f"vector index: {report['vectors']} vectors, {shape}, {done}")
         click.echo(f"done in {report['seconds']:.1f}s")

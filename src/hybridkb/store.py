@@ -26,7 +26,7 @@ from .model import (
     valid_ts,
 )
 from .scoring import ScorePolicy
-from .storage import codec, records
+from .storage import asked, codec, records
 from .storage.contract import Backend, Vector
 from .storage.records import (
     META_EMBEDDER,
@@ -62,9 +62,12 @@ class KnowledgeBase:
     """
 
     def __init__(self, backend: Backend, embedder: Embedder | None, *,
-                 score_policy: ScorePolicy | None = None, embed: str = "sync") -> None:
+                 score_policy: ScorePolicy | None = None, embed: str = "sync",
+                 sample_queries: bool = True) -> None:
         self.backend = backend
         self.embedder = embedder
+        self._asked = asked.QuerySampler(  # so vector indexes measure recall on real queries
+            lambda rows: backend.keep_query_vectors(rows, now_ts()), enabled=bool(sample_queries))
         self.score_policy = score_policy or ScorePolicy()
         self.embed_mode = validation.check_embed_mode(embed)
         self._vector_problem: EmbedderMismatchError | None = None
@@ -123,6 +126,7 @@ class KnowledgeBase:
         return self.embedder is not None and self._vector_problem is None
 
     def close(self) -> None:
+        self._asked.flush()
         self.backend.close()
 
     def __enter__(self) -> KnowledgeBase:
@@ -446,7 +450,7 @@ class KnowledgeBase:
                     "vector search needs an embedder; this store was opened without one")
             notes.append("no embedder: full-text search only")
             return None
-        return self.embedder.embed_query
+        return self._asked.noting(self.embedder.embed_query)
 
     def label_templates(self) -> dict[str, str]:
         """Corpus -> the label template its hits use (see `set_label_template`)."""

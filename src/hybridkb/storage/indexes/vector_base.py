@@ -32,7 +32,7 @@ import numpy.typing as npt
 from ...progress import ProgressFactory, no_progress
 from . import vector_codes
 from .vector_math import dot_rows
-from .vector_recall import Probe, calibrate, probe
+from .vector_recall import Probe, calibrate, kth_scores, probe
 
 Vector = npt.NDArray[np.float32]
 RowIds = npt.NDArray[np.int64]
@@ -117,6 +117,10 @@ class VectorBase:
     codes_recall: float | None = None
     # "graph", "codes" or None (exact scans): the faster measured pass that holds recall.
     first_pass: str | None = None
+    # The store's asked queries the passes were measured on (storage/asked.py; 0: pseudo-
+    # queries) and the seq of the newest of them.
+    asked: int = 0
+    asked_through: int = 0
 
     @property
     def incomplete(self) -> bool:
@@ -197,6 +201,8 @@ class VectorBase:
                    list(meta.get("corpora", [])), np.asarray(expires), np.asarray(stale), ef=ef,
                    recall=meta.get("recall"), graph_ok=graph_ok, codes=codes, center=center,
                    rescore=rescore, codes_recall=coded.get("recall") if coded else None,
+                   asked=int(meta.get("asked", {}).get("count", 0)),
+                   asked_through=int(meta.get("asked", {}).get("through", 0)),
                    first_pass=_first_pass(meta, graph=ann is not None and graph_ok,
                                           codes=codes is not None and rescore is not None))
 
@@ -281,16 +287,19 @@ def build(
     folder: Path, dim: int, seq: int, batches: Iterable[Batch], total: int,
     *, ann: bool | None = None, codes: bool | None = None, progress: ProgressFactory = no_progress,
     threads: int = 1, cancelled: Callable[[], bool] = lambda: False,
+    asked: tuple[npt.NDArray[np.float32] | None, int] = (None, 0),
 ) -> None:
     """Write a generation into `folder` (created; must not exist) from batches in
     ascending rowid order. `codes` None: one-bit codes past CODES_MIN_ROWS; `ann` None: a
-    graph where `graph_due`. `cancelled` is asked
+    graph where `graph_due`. `asked` (storage/asked.py: the store's recent query vectors,
+    or None, and the newest one's seq) is what the first passes are measured on, when
+    given; else pseudo-queries. `cancelled` is asked
     between steps of about a second: a process must not exit while a graph step runs
     (usearch's threads abort an exiting interpreter)."""
     tmp = folder.with_name(folder.name + ".tmp")
     try:
         _build(tmp, dim, seq, batches, total, ann=ann, codes=codes, progress=progress,
-               threads=threads, cancelled=cancelled)
+               threads=threads, cancelled=cancelled, asked=asked)
     except BuildCancelled:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -300,6 +309,7 @@ def build(
 def _build(
     tmp: Path, dim: int, seq: int, batches: Iterable[Batch], total: int, *, ann: bool | None,
     codes: bool | None, progress: ProgressFactory, threads: int, cancelled: Callable[[], bool],
+    asked: tuple[npt.NDArray[np.float32] | None, int],
 ) -> None:
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -340,7 +350,9 @@ def _build(
     measured: dict[str, Any] = {}
     if with_codes or (graph_due(n, codes_hold=False) if ann is None else ann and n > 0):
         matrix = np.memmap(tmp / "matrix.f32", dtype=np.float32, mode="r", shape=(n, dim))
-        probed = probe(matrix, n)
+        queries = asked[0]
+        probed = probe(matrix, n) if queries is None else Probe(queries, kth_scores(matrix, queries))
+        measured["asked"] = {"count": 0 if queries is None else len(queries), "through": asked[1]}
         if with_codes:
             measured["codes"] = _write_codes(tmp, matrix, n, probed)
         held = with_codes and measured["codes"]["rescore"] is not None

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ...progress import ProgressFactory, no_progress
+from .. import asked
 from . import vector_base
 from .sync import _file_lock, close_at_exit
 from .vector_base import BaseUnusable, Batch, RowIds, Vector, VectorBase, Wanted
@@ -52,6 +53,8 @@ class VectorSource(Protocol):
     def vector_count(self) -> int: ...
     def published(self, name: str) -> tuple[str, int, int] | None: ...
     def publish(self, name: str, generation: str, seq: int, dim: int) -> None: ...
+    def asked_queries(self, dim: int) -> tuple[Any, int]: ...
+    def asked_after(self, dim: int, seq: int) -> int: ...
 
 
 @dataclass(slots=True)
@@ -248,7 +251,7 @@ class VectorIndexSync:
         self.folder.mkdir(parents=True, exist_ok=True)
         vector_base.build(target, dim, head, self.source.iter_vectors(dim), self.source.vector_count(),
                           ann=ann, codes=self._wants_codes(), progress=self.progress,
-                          cancelled=lambda: self._closed)
+                          cancelled=lambda: self._closed, asked=self._asked(dim))
         old = self.source.published(self.NAME)
         self.source.publish(self.NAME, generation, head, dim)
         self.builds += 1
@@ -286,10 +289,44 @@ class VectorIndexSync:
             base = self._current_base(dim)
             _, head = self.source.log_bounds()
             pending = base is None or self._changed_after(base.seq, head)
-            if not pending and not (base is not None and self._lacks_pass(base)):
+            if not pending and not (base is not None and (self._lacks_pass(base)
+                                                          or self._asked_since(base))):
                 return False
             self._build(dim, ann=self._wants_ann())
             return True
+
+    def _asked(self, dim: int) -> tuple[Any, int]:
+        """The store's recent query vectors (None when too few) and the newest one's seq."""
+        try:
+            return self.source.asked_queries(dim)
+        except Exception:  # a store without the table (read-only, older): pseudo-queries
+            return None, 0
+
+    def _asked_since(self, base: VectorBase) -> bool:
+        """Whether the store was asked enough queries since the base was measured to measure
+        it again on them (optimize(): asked.py)."""
+        if base.ann is None and base.codes is None:
+            return False  # exact scans: nothing to measure
+        try:
+            if not base.asked:
+                return self.source.asked_queries(base.dim)[0] is not None
+            return self.source.asked_after(base.dim, base.asked_through) >= asked.MIN_ASKED
+        except Exception:
+            return False
+
+    def summary(self, dim: int, built: bool) -> dict[str, Any]:
+        """What optimize() reports about the current base."""
+        base, _ = self.view(dim)
+        return dict(vectors=0 if base is None else len(base), vector_seq=0 if base is None
+                    else base.seq, graph=base is not None and base.ann is not None,
+                    graph_used=base is not None and base.first_pass == "graph",
+                    graph_recall=None if base is None else base.recall,
+                    graph_ef=None if base is None or base.ann is None else base.ef,
+                    codes_rescore=None if base is None else base.rescore,
+                    codes_recall=None if base is None else base.codes_recall,
+                    first_pass=None if base is None else base.first_pass,
+                    measured_on_asked=0 if base is None else base.asked,
+                    vector_base_built=built)
 
     def _changed_after(self, seq: int, head: int) -> bool:
         """Whether any vector change was logged after `seq` (up to `head`)."""

@@ -37,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 from psycopg import sql
 
-from .. import codec
+from .. import asked, codec
 from ..indexes import vector_recall
 from ..records import META_VECTOR_DIM
 from . import sql as q
@@ -67,6 +67,8 @@ META_RECALL = "pg_ivf_recall"
 META_ROWS = "pg_ivf_rows"  # vectors the index was built over
 META_ITEMS = "pg_ivf_items"  # items in the store then (corpus_stats: exact, and cheap to read)
 META_LISTS = "pg_ivf_lists"
+META_ASKED = "pg_ivf_asked"  # asked queries the probes were measured on (0: pseudo-queries)
+META_ASKED_THROUGH = "pg_ivf_asked_through"  # the seq of the newest asked query then
 
 # The dimension, and the probes measured when the index was built if it exists.
 VECTOR_STATE = sql.SQL(
@@ -87,7 +89,9 @@ INDEX_VALID = sql.SQL(
 @dataclass(frozen=True, slots=True)
 class Calibration:
     probes: int
-    recall: float  # recall@10 of the pseudo-queries at `probes`
+    recall: float  # recall@10 of the queries measured at `probes`
+    asked: int = 0  # how many of those were the store's asked queries (0: pseudo-queries)
+    through: int = 0  # the seq of the newest asked query there was (asked.py)
 
 
 def lists_for(rows: int) -> int:
@@ -128,21 +132,32 @@ def build(conn: Connection[Any], dim: int) -> Calibration | None:
     # load, prefers a scan and sort over the index it was just given.
     conn.execute("ANALYZE items")
     conn.execute("ANALYZE item_vectors")
-    found = calibrate(conn, rows, lists)
+    found = measure(conn, rows, lists, dim)
     conn.cursor().executemany(q.SET_META, [
-        (META_PROBES, str(found.probes)), (META_RECALL, str(found.recall)),
         (META_ROWS, str(rows)), (META_LISTS, str(lists)), (META_ITEMS, str(_items(conn)))])
     return found
 
 
-def calibrate(conn: Connection[Any], rows: int, lists: int) -> Calibration:
-    """The fewest probes at which the index finds RECALL_TARGET of the pseudo-queries'
-    exact top 10 (a hit scores at least the exact 10th best: ties are equally right)."""
-    queries = _pseudo_queries(conn, rows)
+def measure(conn: Connection[Any], rows: int, lists: int, dim: int) -> Calibration:
+    """calibrate(), its answer kept in `meta` for searches and optimize()."""
+    found = calibrate(conn, rows, lists, dim)
+    conn.cursor().executemany(q.SET_META, [
+        (META_PROBES, str(found.probes)), (META_RECALL, str(found.recall)),
+        (META_ASKED, str(found.asked)), (META_ASKED_THROUGH, str(found.through))])
+    return found
+
+
+def calibrate(conn: Connection[Any], rows: int, lists: int, dim: int) -> Calibration:
+    """The fewest probes at which the index finds RECALL_TARGET of the exact top 10 (a
+    hit scores at least the exact 10th best: ties are equally right) of the store's asked
+    queries, or of pseudo-queries while it has too few (asked.py)."""
+    found, through = asked.decode(conn.execute(asked.recent_sql("%s"), [dim, asked.MEASURED])
+                                  .fetchall(), dim)
+    queries = found if found is not None else _pseudo_queries(conn, rows)
     if len(queries) == 0:
-        return Calibration(lists, 1.0)
+        return Calibration(lists, 1.0, 0, through)
     conn.execute("SELECT set_config('ivfflat.iterative_scan', 'off', true)")
-    dim = queries.shape[1]
+    n_asked = 0 if found is None else len(found)
     kth = kth_exact(conn, queries, dim)
     knn = sql.SQL("SELECT -(embedding <#> %s) FROM item_vectors ORDER BY {} LIMIT %s").format(
         q.knn_order(dim))
@@ -156,8 +171,8 @@ def calibrate(conn: Connection[Any], rows: int, lists: int) -> Calibration:
             hits += min(wanted, sum(1 for (score,) in got if score >= bar - 1e-6))
         recall = hits / (wanted * len(queries))
         if recall >= RECALL_TARGET or probes >= lists:
-            return Calibration(probes, round(recall, 4))
-    return Calibration(lists, round(recall, 4))  # not reached: rungs end at `lists`
+            return Calibration(probes, round(recall, 4), n_asked, through)
+    return Calibration(lists, round(recall, 4), n_asked, through)  # not reached: rungs end at `lists`
 
 
 def _pseudo_queries(conn: Connection[Any], rows: int) -> Any:
@@ -255,15 +270,35 @@ def optimize(conn: Connection[Any], min_rows: int, lock: Callable[[], None]) -> 
         lock()
         build(conn, dim)
         probes = state(conn)[1]
+    elif probes is not None and dim <= MAX_DIM and _asked_since(conn, dim):
+        lock()
+        measure(conn, rows, int(_meta(conn, META_LISTS) or lists_for(rows)), dim)
+        probes = state(conn)[1]
     out: dict[str, Any] = {"vectors": rows, "first_pass": "exact" if probes is None else "ivfflat",
                            "vector_index_built": rebuild}
     if probes is not None:
         meta = dict(conn.execute("SELECT key, value FROM meta WHERE key = ANY(%s)",
-                                 [[META_LISTS, META_PROBES, META_RECALL]]).fetchall())
-        if len(meta) == 3:  # an index this code built (its measurement is in meta)
+                                 [[META_LISTS, META_PROBES, META_RECALL, META_ASKED]]).fetchall())
+        if len(meta) >= 3:  # an index this code built (its measurement is in meta)
             out.update(lists=int(meta[META_LISTS]), probes=probes,
-                       probe_recall=float(meta[META_RECALL]))
+                       probe_recall=float(meta[META_RECALL]),
+                       measured_on_asked=int(meta.get(META_ASKED) or 0))
     return out
+
+
+def _meta(conn: Connection[Any], key: str) -> str | None:
+    row = conn.execute("SELECT value FROM meta WHERE key = %s", [key]).fetchone()
+    return str(row[0]) if row else None
+
+
+def _asked_since(conn: Connection[Any], dim: int) -> bool:
+    """Whether the store was asked enough queries since the probes were measured to measure
+    them again on those (optimize(): asked.py)."""
+    through = int(_meta(conn, META_ASKED_THROUGH) or 0)
+    if not int(_meta(conn, META_ASKED) or 0):  # measured on pseudo-queries
+        through = 0
+    row = conn.execute(asked.count_after_sql("%s"), [dim, through]).fetchone()
+    return row is not None and int(row[0]) >= asked.MIN_ASKED
 
 
 def state(conn: Connection[Any]) -> tuple[int | None, int | None]:

@@ -3,10 +3,9 @@
 One store per database. Items carry a generated, weighted `tsvector` (title 'A', text 'B');
 their vectors live in `item_vectors` (created when the embedding dimension is first known),
 joined by rowid and deleted with the item (ON DELETE CASCADE). Every write is one
-transaction. Full-text ranking is BM25 computed in SQL (see sql.py); vector search
-is cosine KNN through an IVFFlat index whose probes each build measures (ann.py), with
-pgvector's iterative scan, filters inside the query.
-What both dialects do alike (columns, conflict rule, filters, re-embed steps) is in records.py.
+transaction. BM25 top k comes from an impact-ordered index in tables (fulltext.py); vector
+search is cosine KNN through an IVFFlat index whose probes are measured (ann.py). What both
+dialects do alike (columns, conflict rule, filters, re-embed steps) is in records.py.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from ... import validation
 from ...errors import BackendUnavailableError, InvalidInputError, StoreError
 from ...model import Item, StoredItem
 from ...textquery import TextQuery
-from .. import codec, records
+from .. import asked, codec, records
 from ..contract import Key, ScoredKeys, SearchArea, Vector
 from ..records import DEFAULT_BM25_WEIGHTS, META_PENDING_VECTOR_DIM, META_VECTOR_DIM
 from . import blockcache, driver
@@ -270,17 +269,22 @@ class PostgresBackend:
     def set_meta(self, key: str, value: str) -> None:
         self._write(lambda conn: conn.execute(q.SET_META, [key, value]))
 
+    def keep_query_vectors(self, rows: Sequence[asked.Row], now: float) -> None:
+        """Best effort (storage/asked.py), on the primary, never waiting long for a lock."""
+        def work(conn: Connection[Any]) -> None:
+            conn.execute("SET LOCAL lock_timeout = '100ms'")
+            asked.keep(conn.cursor(), rows, now, "%s")
+        self._run(work, write=True)
+
     @staticmethod
     def _dim(conn: Connection[Any]) -> int | None:
         row = conn.execute("SELECT value FROM meta WHERE key = %s", [META_VECTOR_DIM]).fetchone()
         return int(row[0]) if row else None
 
     def vector_dim(self) -> int | None:
-        """A dimension read (or its absence: no vectors yet) is reused for DIM_REUSE_S:
-        `add_many` checks every item's vector against it (a round trip per item otherwise,
-        which a first batch into a store without vectors paid item by item). Writes check it
-        again in their own transaction, so a dimension another process changed meanwhile
-        lets no vector in."""
+        """A dimension read (or its absence) is reused for DIM_REUSE_S: `add_many` checks each
+        item's vector against it (else a round trip per item). Writes check it again in their
+        own transaction, so a dimension another process changed meanwhile lets no vector in."""
         known = self._known_dim
         if known is not None and time.monotonic() - known[1] < DIM_REUSE_S:
             return known[0]
@@ -561,10 +565,8 @@ class PostgresBackend:
 
     def explain_vector_search(self, vector: Vector, area: SearchArea, limit: int) -> str:
         """EXPLAIN of the approximate KNN query (to check that the vector index is used)."""
-        query = codec.as_array(vector)
-        rows = self._run(lambda conn: self._knn(conn, query, area, limit,
-                                                ann.state(conn)[1] or 1, explain=True),
-                         write=False)
+        rows = self._run(lambda conn: self._knn(conn, codec.as_array(vector), area, limit,
+                                                ann.state(conn)[1] or 1, explain=True), write=False)
         return "\n".join(r[0] for r in rows)
 
     # -- maintenance ----------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from ...errors import BackendUnavailableError, InvalidInputError, StoreError
 from ...model import Item, StoredItem
 from ...progress import ProgressFactory, no_progress
 from ...textquery import TextQuery
-from .. import codec, records
+from .. import asked, codec, records
 from ..contract import Key, ScoredKeys, SearchArea, Vector
 from ..indexes.sync import TextIndexSync
 from ..indexes.text_schema import TextDoc, title_repeat
@@ -328,6 +328,17 @@ class SQLiteBackend:
         self._writes_since_prune = 0
         prune_passed(conn, self._text.disk_seq(), has_vectors=self.vector_dim() is not None)
 
+    def keep_query_vectors(self, rows: Sequence[asked.Row], now: float) -> None:
+        """Best effort (storage/asked.py): a store another writer holds drops them at once,
+        so this backend's lock is never held waiting for that writer."""
+        with self._lock:
+            self._conn.execute("PRAGMA busy_timeout = 0")
+            try:
+                with self._write() as conn:
+                    asked.keep(conn, rows, now, "?")
+            finally:
+                self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+
     def write_vectors(
         self, ids: Sequence[str], vectors: Sequence[Vector], content_hashes: Sequence[str],
     ) -> int:
@@ -568,17 +579,7 @@ class SQLiteBackend:
         out: dict[str, Any] = {"text_documents": text.doc_count(), "text_seq": text.seq}
         dim = self.vector_dim()
         if dim is not None and self.index_dir is not None:
-            built = self._vectors.optimize(dim)
-            base, _ = self._vectors.view(dim)
-            out.update(vectors=0 if base is None else len(base), vector_seq=0 if base is None
-                       else base.seq, graph=base is not None and base.ann is not None,
-                       graph_used=base is not None and base.first_pass == "graph",
-                       graph_recall=None if base is None else base.recall,
-                       graph_ef=None if base is None or base.ann is None else base.ef,
-                       codes_rescore=None if base is None else base.rescore,
-                       codes_recall=None if base is None else base.codes_recall,
-                       first_pass=None if base is None else base.first_pass,
-                       vector_base_built=built)
+            out.update(self._vectors.summary(dim, self._vectors.optimize(dim)))
         return out
 
     def rebuild_indexes(self) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ...model import Item
-from .. import codec
+from .. import asked, codec
 from ..indexes.text_schema import TextDoc
 from ..indexes.vector_base import Batch
 from .tables import chunks, marks
@@ -114,6 +114,14 @@ class SQLiteChanges:
                 f"SELECT {DOC_COLUMNS} FROM items WHERE rowid IN ({marks(len(chunk))})",
                 list(chunk)))
         return docs
+
+    def asked_queries(self, dim: int) -> tuple[Any, int]:
+        """The store's recent query vectors of `dim` (None when too few: asked.py) and the
+        newest one's seq."""
+        return asked.decode(self._read(asked.recent_sql("?"), (dim, asked.MEASURED)), dim)
+
+    def asked_after(self, dim: int, seq: int) -> int:
+        return int(self._read(asked.count_after_sql("?"), (dim, seq))[0][0])
 
     def item_count(self) -> int:
         return int(self._read("SELECT count(*) FROM items", ())[0][0])
