@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import sqlite3
 import subprocess
 import sys
 import time
@@ -411,6 +412,24 @@ async def test_stdio_read_only_and_degraded(db_file: tuple[Path, dict[str, str]]
             out = data(await client.call_tool("search", {"query": "migration_032"}))
     assert names == READ_TOOLS
     assert out["answered_by"] == "fts" and out["degraded"] is True
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("read_only", [False, True])
+async def test_stdio_keeps_a_sample_of_query_vectors_unless_read_only(
+        db_file: tuple[Path, dict[str, str]], read_only: bool) -> None:
+    """A served store keeps its queries' vectors (storage/asked.py) for its vector index's
+    recall; `--read-only` writes nothing, not even those."""
+    path, _ = db_file
+    extra = ("--read-only",) if read_only else ()
+    params = StdioServerParameters(command=sys.executable, args=serve_args(path, *extra))
+    with anyio.fail_after(20):
+        async with Client(params) as client:
+            for query in ("migration_032", "sqlite wal", "uv installs"):
+                assert data(await client.call_tool("search", {"query": query}))["answered_by"]
+    with sqlite3.connect(path) as conn:
+        kept = conn.execute("SELECT count(*) FROM query_vectors").fetchone()[0]
+    assert kept == (0 if read_only else 3)
 
 
 def test_stdio_stdout_carries_only_protocol(db_file: tuple[Path, dict[str, str]]) -> None:

@@ -458,6 +458,7 @@ def serve(ctx: Context, use_http: bool, host: str, port: int, token: str | None,
     corpora = [c.strip() for c in (corpora_csv or "").split(",") if c.strip()] or None
     if read_only:
         ctx.require_store()  # nothing to serve, and nothing may be written
+        ctx.write_nothing()
     if use_http:
         token, generated = mcp_server.check_http_binding(host, token)
     kb = ctx.kb()

@@ -131,6 +131,10 @@ class Context:
     def require_store(self) -> None:
         require_store(self.db)
 
+    def write_nothing(self) -> None:
+        """Open the store, when it is opened, keeping no sample of the queries asked."""
+        self._flags["read_only"] = True
+
     def kb(self) -> KnowledgeBase:
         if self._kb is None:
             if self.command in NEEDS_STORE:
@@ -140,6 +144,8 @@ class Context:
                 from .cli_common import progress_bar  # (cli_common imports this module)
 
                 options["progress"] = progress_bar
+            if self._flags.get("read_only"):  # e.g. `serve --read-only`: not even the query sample
+                options["sample_queries"] = False
             self._kb = open_kb(self.db, embedder=self.embedder, **options)
         return self._kb
 

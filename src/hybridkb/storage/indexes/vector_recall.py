@@ -3,9 +3,11 @@
 A graph's or a code scan's recall depends on the data as much as on its settings: on the
 benchmark's near-duplicate-heavy items an HNSW graph held 0.96 recall@10 at 100k vectors
 with a search breadth (ef) of 128 and 0.59 at 1M even with ef 2048 (docs/benchmarks.md).
-So each build asks its own passes: pseudo-queries are answered exactly and by the pass at
-rising effort (the graph's breadth, the codes' rescore depth); the least effort whose
-recall@10 reaches RECALL_TARGET is what searches use. When none does, searches scan exactly.
+So each build asks its own passes: queries are answered exactly and by the pass at rising
+effort (the graph's breadth, the codes' rescore depth); the least effort whose recall@10
+reaches RECALL_TARGET is what searches use. When none does, searches scan exactly. The
+queries are the store's own once it has kept enough of them (storage/asked.py: real
+queries can sit farther from the items than any pseudo-query), else pseudo-queries.
 
 A pseudo-query is the normalized sum of PARTS random stored vectors. It must sit as far
 from the items as real queries do: real MiniLM queries' best cosine to the benchmark items
