@@ -18,6 +18,7 @@ from hybridkb import HashingEmbedder, KnowledgeBase
 from hybridkb.model import Filters
 from hybridkb.storage import asked
 from hybridkb.storage.contract import SearchArea
+from hybridkb.storage.indexes import vector_recall
 from hybridkb.storage.postgres import ann
 from hybridkb.storage.sqlite import driver as sqlite_driver
 
@@ -167,3 +168,14 @@ def test_sqlite_measures_its_codes_on_the_asked_queries(tmp_path: Path) -> None:
         assert _recall(kb, vectors, queries[70:]) >= 0.9
         again = kb.optimize()
         assert not again["vector_base_built"] and again["measured_on_asked"] == 70
+
+
+def test_a_sample_of_queries_must_clear_the_target_by_its_standard_error() -> None:
+    spread = [1.0] * 24 + [0.4] * 1  # mean 0.976, but one query in 25 far below
+    assert vector_recall.holds(spread, 0.95, sampled=False)
+    assert not vector_recall.holds(spread, 0.95, sampled=True)  # 0.976 - 1.645 x 0.024 < 0.95
+    steady = [1.0] * 50 + [0.9] * 50  # mean 0.95 exactly: a sample must do better
+    assert vector_recall.holds(steady, 0.95, sampled=False)
+    assert not vector_recall.holds(steady, 0.95, sampled=True)
+    assert vector_recall.holds([1.0] * 80 + [0.9] * 20, 0.95, sampled=True)  # 0.98 - 0.0066
+    assert vector_recall.holds([], 0.95, sampled=True)

@@ -351,7 +351,8 @@ def _build(
     if with_codes or (graph_due(n, codes_hold=False) if ann is None else ann and n > 0):
         matrix = np.memmap(tmp / "matrix.f32", dtype=np.float32, mode="r", shape=(n, dim))
         queries = asked[0]
-        probed = probe(matrix, n) if queries is None else Probe(queries, kth_scores(matrix, queries))
+        probed = probe(matrix, n) if queries is None else Probe(queries, kth_scores(matrix, queries),
+                                                                     sampled=True)
         measured["asked"] = {"count": 0 if queries is None else len(queries), "through": asked[1]}
         if with_codes:
             measured["codes"] = _write_codes(tmp, matrix, n, probed)

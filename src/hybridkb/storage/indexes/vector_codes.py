@@ -178,19 +178,18 @@ def calibrate(columns: Words, center: npt.NDArray[np.float32], matrix: Any, prob
     wanted = min(K, n)
     rungs = [r for r in RESCORE_LADDER if r < n] + [n] if n <= RESCORE_LADDER[-1] else \
         list(RESCORE_LADDER)
-    hits = np.zeros(len(rungs), dtype=np.int64)
-    for q, bar in zip(probe.queries, probe.kth, strict=True):
+    hits = np.zeros((len(rungs), len(probe.queries)))
+    for j, (q, bar) in enumerate(zip(probe.queries, probe.kth, strict=True)):
         dist = distances(columns, encode(q, center))
         for i, rescore in enumerate(rungs):
             picks = closest(dist, rescore)
             scores = dot_rows(matrix[picks], q)
-            hits[i] += min(wanted, int(np.sum(scores >= bar - 1e-6)))
-    recalls = hits / (wanted * len(probe.queries))
-    for rescore, recall in zip(rungs, recalls, strict=True):
-        if recall >= target:
-            return CodeCalibration(rescore, round(float(recall), 4),
+            hits[i, j] = min(wanted, int(np.sum(scores >= bar - 1e-6))) / wanted
+    for rescore, per_query in zip(rungs, hits, strict=True):
+        if vector_recall.holds(per_query, target, sampled=probe.sampled):
+            return CodeCalibration(rescore, round(float(per_query.mean()), 4),
                                    _timed(columns, center, matrix, probe, rescore))
-    return CodeCalibration(None, round(float(recalls[-1]), 4), 0.0)
+    return CodeCalibration(None, round(float(hits[-1].mean()), 4), 0.0)
 
 
 def _timed(columns: Words, center: npt.NDArray[np.float32], matrix: Any, probe: Probe,
