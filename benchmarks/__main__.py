@@ -3,6 +3,9 @@
 Builds a store per size, measures FTS / vector / hybrid latency, ingest, size and
 memory beside bm25s and an exact numpy baseline, writes JSON and markdown to
 --out, and (unless --quick or --no-doc) the `## Speed` section of docs/benchmarks.md.
+Its stores keep no sample of the queries asked (`sample_queries=False`, storage/asked.py):
+recall is measured with the benchmark's queries, so no index may have been measured on
+them, and a store's one-time measurement on them would land in the timings.
 """
 
 from __future__ import annotations

@@ -84,10 +84,10 @@ def measure(dsn: str, n: int, data: BenchData, model: Embedder, queries: int,
     vectors = item_vectors(data, n)
     items = make_items(data, n, vectors)
     embedder = BenchEmbedder(model, dict(zip(data.queries, data.query_vectors, strict=True)))
-    pg = hybridkb.open(dsn, embedder=embedder, vector_index_min_rows=n)
-    exact = hybridkb.open(dsn, embedder=embedder, bm25_search="exact")
+    pg = hybridkb.open(dsn, embedder=embedder, vector_index_min_rows=n, sample_queries=False)
+    exact = hybridkb.open(dsn, embedder=embedder, bm25_search="exact", sample_queries=False)
     folder = tempfile.mkdtemp(prefix="hkb-bench-")
-    lite = hybridkb.open(str(Path(folder) / "kb.db"), embedder=embedder)
+    lite = hybridkb.open(str(Path(folder) / "kb.db"), embedder=embedder, sample_queries=False)
     try:
         out["pg_ingest_s"] = _ingest(pg, items, batch)
         out["pg_merge_s"] = clock(pg.backend.optimize)[1]  # type: ignore[attr-defined]

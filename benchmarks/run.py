@@ -133,7 +133,7 @@ def run_size(options: Options, data: BenchData, model: Embedder, n: int, log: Lo
     remove_store(store)
     embedder = BenchEmbedder(model, dict(zip(data.queries, data.query_vectors, strict=True)))
     log("ingest (vectors given)")
-    kb = hybridkb.open(store, embedder=embedder)
+    kb = hybridkb.open(store, embedder=embedder, sample_queries=False)
     try:
         _, ingest_s = clock(kb.add_many, items)
         # Searchable by text: the first search builds the text index from the change log;
@@ -184,7 +184,7 @@ def run_size(options: Options, data: BenchData, model: Embedder, n: int, log: Lo
         log("serving from a fresh process (cold first query, peak RSS)")
         out["serve"] = _serve(options, data, store, vectors, exact, n)
 
-    kb = hybridkb.open(store, embedder=embedder)
+    kb = hybridkb.open(store, embedder=embedder, sample_queries=False)
     try:
         out["cold"] = _cold(options, kb, store, data, n)
         log(f"queries: {len(data.queries)} per mode after {options.warmup} warm-up")
@@ -254,7 +254,7 @@ def _cold(options: Options, kb: hybridkb.KnowledgeBase, store: Path, data: Bench
     text = data.queries[1]
 
     def open_and_query() -> None:
-        fresh = hybridkb.open(store, embedder=kb.embedder)
+        fresh = hybridkb.open(store, embedder=kb.embedder, sample_queries=False)
         try:
             fresh.search(text, limit=options.limit)
         finally:

@@ -26,7 +26,7 @@ def serve(store: str, queries_npz: str, embedder: str) -> dict[str, float]:
     texts = [str(t) for t in data["texts"]]
     model = get_embedder(embedder)
     assert model is not None
-    kb, open_s = clock(hybridkb.open, store,
+    kb, open_s = clock(hybridkb.open, store, sample_queries=False,
                        embedder=BenchEmbedder(model, dict(zip(texts, data["vectors"], strict=True))))
     try:
         _, first_vector_s = clock(kb.search, texts[0], mode="vector")

@@ -42,7 +42,7 @@ start = time.perf_counter()
 import numpy as np, hybridkb
 from hybridkb.model import now_ts, parse_filters
 from hybridkb.storage.contract import SearchArea
-kb = hybridkb.open(sys.argv[1], embedder=None)
+kb = hybridkb.open(sys.argv[1], embedder=None, sample_queries=False)
 q = np.load(sys.argv[2])
 opened = time.perf_counter()
 kb.backend.vector_search(q, SearchArea(None, parse_filters(None), now_ts()), 10)
@@ -78,7 +78,7 @@ def run(n: int, workdir: Path, queries: int) -> dict[str, Any]:
     embedder = BenchEmbedder(model, dict(zip(data.queries, qv, strict=True)))
     out: dict[str, Any] = {"items": n, "queries": len(qv), "load_average_start": list(os.getloadavg()),
                            "started": datetime.now(UTC).isoformat(timespec="seconds")}
-    kb = hybridkb.open(store, embedder=embedder)
+    kb = hybridkb.open(store, embedder=embedder, sample_queries=False)
     try:
         start = time.perf_counter()
         for s in range(0, n, 50_000):

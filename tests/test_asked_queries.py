@@ -126,7 +126,9 @@ def _recall(kb: KnowledgeBase, vectors: np.ndarray, queries: np.ndarray) -> floa
     return found / (10 * len(queries))
 
 
-def test_postgres_measures_its_probes_on_the_asked_queries(pg_url: str) -> None:
+def test_postgres_measures_its_probes_on_the_asked_queries(pg_url: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(asked, "FLUSH", 10**6)  # kept only by flush(), which measures nothing
     vectors = _clustered(3000, seed=1)
     # Queries between the clusters, farther from the items than pseudo-queries sit.
     queries = _clustered(140, seed=2, spread=1.6)
@@ -152,7 +154,9 @@ def test_postgres_measures_its_probes_on_the_asked_queries(pg_url: str) -> None:
         assert kb.optimize()["measured_on_asked"] == 70  # nothing new asked: kept as it was
 
 
-def test_sqlite_measures_its_codes_on_the_asked_queries(tmp_path: Path) -> None:
+def test_sqlite_measures_its_codes_on_the_asked_queries(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(asked, "FLUSH", 10**6)  # kept only by flush(), which measures nothing
     vectors = _clustered(3000, seed=1)
     queries = _clustered(140, seed=2, spread=1.6)
     path = str(tmp_path / "kb.db")
@@ -179,3 +183,46 @@ def test_a_sample_of_queries_must_clear_the_target_by_its_standard_error() -> No
     assert not vector_recall.holds(steady, 0.95, sampled=True)
     assert vector_recall.holds([1.0] * 80 + [0.9] * 20, 0.95, sampled=True)  # 0.98 - 0.0066
     assert vector_recall.holds([], 0.95, sampled=True)
+
+
+def test_postgres_measures_its_probes_on_asked_queries_by_itself_once(pg_url: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """No optimize(): the write that keeps the 50th asked query measures the probes on them."""
+    monkeypatch.setattr(asked, "FLUSH", 10)
+    vectors = _clustered(3000, seed=1)
+    queries = _clustered(80, seed=2, spread=1.6)
+    with hybridkb.open(pg_url, embedder=LookupEmbedder(queries), vector_index_min_rows=1000) as kb:
+        kb.add_many(_items(vectors), batch_size=3000)
+        _ask(kb, range(40))
+        kb._asked.flush()  # as a store closing does: kept, not measured
+        with psycopg.connect(pg_url) as conn:
+            assert conn.execute("SELECT count(*) FROM query_vectors").fetchone() == (40,)
+        assert _meta_value(pg_url, ann.META_ASKED) == "0"
+        _ask(kb, range(40, 60))  # two writes of 10 by the sampler's thread, in turn
+        kb._asked.flush()
+        assert _meta_value(pg_url, ann.META_ASKED) == "50"  # measured at the 50th, once
+        assert float(_meta_value(pg_url, ann.META_RECALL) or 0) >= ann.RECALL_TARGET
+
+
+def test_sqlite_builds_a_base_measured_on_asked_queries_by_itself_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(asked, "FLUSH", 10)
+    vectors = _clustered(3000, seed=1)
+    queries = _clustered(80, seed=2, spread=1.6)
+    with hybridkb.open(str(tmp_path / "kb.db"), embedder=LookupEmbedder(queries),
+                       vector_ann="codes") as kb:
+        kb.add_many(_items(vectors))
+        first = kb.optimize()
+        assert first["measured_on_asked"] == 0
+        _ask(kb, range(60))
+        kb._asked.flush()
+        kb.backend._vectors.wait(60)  # the background build the 50th query started
+        report = kb.optimize()  # 50 or 60: the build read what was kept when it started
+        assert not report["vector_base_built"] and report["measured_on_asked"] >= asked.MIN_ASKED
+        assert report["vector_seq"] == first["vector_seq"]  # rebuilt from the same items
+
+
+def _meta_value(url: str, key: str) -> str | None:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT value FROM meta WHERE key = %s", [key]).fetchone()
+    return row[0] if row else None

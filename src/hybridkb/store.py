@@ -66,8 +66,8 @@ class KnowledgeBase:
                  sample_queries: bool = True) -> None:
         self.backend = backend
         self.embedder = embedder
-        self._asked = asked.QuerySampler(  # so vector indexes measure recall on real queries
-            lambda rows: backend.keep_query_vectors(rows, now_ts()), enabled=bool(sample_queries))
+        self._asked = asked.QuerySampler(lambda rows, closing: backend.keep_query_vectors(  # asked.py
+            rows, now_ts(), measure=not closing), enabled=bool(sample_queries))
         self.score_policy = score_policy or ScorePolicy()
         self.embed_mode = validation.check_embed_mode(embed)
         self._vector_problem: EmbedderMismatchError | None = None

@@ -7,7 +7,9 @@ pseudo-query made from the items (docs/postgres.md, "Vector search"). So a store
 vectors (never the text) of the last KEEP queries it was asked, in the `query_vectors`
 table, and each build of a vector index measures its effort (IVFFlat probes, the
 one-bit codes' rescore depth, the graph's breadth) on them once there are MIN_ASKED,
-instead of on pseudo-queries. `optimize()` measures again once MIN_ASKED more have come.
+instead of on pseudo-queries. The write that brings the store to MIN_ASKED has the index
+it has measured on them once (PostgreSQL's probes on that write's thread, SQLite's base
+built again in the background); `optimize()` measures again once MIN_ASKED more have come.
 
 Searches never wait for this: a KnowledgeBase buffers the vectors and a worker thread
 writes them FLUSH at a time, in a transaction of their own; a failed write (a read-only
@@ -96,9 +98,10 @@ def decode(rows: Sequence[tuple[Any, Any]], dim: int) -> tuple[npt.NDArray[np.fl
 
 class QuerySampler:
     """Buffers the vectors a KnowledgeBase embeds for its searches and hands them, FLUSH at
-    a time, to `keep` (the backend's write) on a worker thread."""
+    a time, to `keep(rows, closing)` (the backend's write) on a worker thread; `closing`
+    is True for the last ones, written as the store closes."""
 
-    def __init__(self, keep: Callable[[Sequence[Row]], None], *, enabled: bool = True) -> None:
+    def __init__(self, keep: Callable[[Sequence[Row], bool], None], *, enabled: bool = True) -> None:
         self._keep = keep
         self.enabled = enabled
         self._pending: list[Row] = []
@@ -129,7 +132,7 @@ class QuerySampler:
                 return
             batch, self._pending = self._pending, []
             self._writing = [f for f in self._writing if not f.done()]
-            self._writing.append(_writer.pool().submit(self._write, batch))
+            self._writing.append(_writer.pool().submit(self._write, batch, False))
 
     def flush(self) -> None:
         """Wait for the writes under way, then write what is buffered on the caller's thread
@@ -140,11 +143,11 @@ class QuerySampler:
         for future in writing:
             future.result()
         if batch:
-            self._write(batch)
+            self._write(batch, True)
 
-    def _write(self, batch: list[Row]) -> None:
+    def _write(self, batch: list[Row], closing: bool) -> None:
         try:
-            self._keep(batch)
+            self._keep(batch, closing)
         except Exception as exc:  # a sample is never worth an error
             self.dropped += len(batch)
             logging.getLogger("hybridkb").debug("query vectors not kept: %s", exc)

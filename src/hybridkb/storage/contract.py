@@ -65,8 +65,10 @@ class Backend(Protocol):
         """The value of a meta key (records.META_*), None when unset."""
     def set_meta(self, key: str, value: str) -> None:
         """Set a meta key (insert or replace)."""
-    def keep_query_vectors(self, rows: Sequence[tuple[int, int, bytes]], now: float) -> None:
-        """Keep asked queries' vectors (asked.py: digest, dim, bytes); may raise StoreError."""
+    def keep_query_vectors(self, rows: Sequence[tuple[int, int, bytes]], now: float, *,
+                           measure: bool = True) -> None:
+        """Keep asked queries' vectors (asked.py: digest, dim, bytes); with `measure`, the
+        vector index is measured on them once there are enough. May raise StoreError."""
 
     # -- vector storage -------------------------------------------------------------------------
     def vector_dim(self) -> int | None:

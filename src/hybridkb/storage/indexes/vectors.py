@@ -314,6 +314,17 @@ class VectorIndexSync:
         except Exception:
             return False
 
+    def measure_on_asked(self, dim: int | None) -> None:
+        """A base measured on pseudo-queries is built again in the background once the store
+        has kept enough asked queries (asked.py): once; later, optimize() measures as more
+        come."""
+        if dim is None or self.folder is None or self._closed:
+            return
+        with self._lock:
+            base = self._current_base(dim)
+        if base is not None and not base.asked and self._asked_since(base):
+            self._start_worker(dim)
+
     def summary(self, dim: int, built: bool) -> dict[str, Any]:
         """What optimize() reports about the current base."""
         base, _ = self.view(dim)

@@ -300,6 +300,25 @@ def optimize(conn: Connection[Any], min_rows: int, lock: Callable[[], None]) -> 
     return out
 
 
+def measure_on_asked(conn: Connection[Any]) -> bool:
+    """Probes measured on pseudo-queries, measured again on the store's asked queries once
+    it has kept MIN_ASKED (asked.py): once per store, after a sample was written (later,
+    optimize() measures as more come). Skipped while another connection does it."""
+    dim, probes = state(conn)
+    if dim is None or probes is None or dim > MAX_DIM or int(_meta(conn, META_ASKED) or 0):
+        return False
+    if not _asked_since(conn, dim):
+        return False
+    got = conn.execute("SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))",
+                       ["hybridkb.measure"]).fetchone()
+    if not (got and got[0]) or int(_meta(conn, META_ASKED) or 0):  # measured meanwhile
+        return False
+    row = conn.execute("SELECT count(*) FROM item_vectors").fetchone()
+    rows = int(row[0]) if row else 0
+    measure(conn, rows, int(_meta(conn, META_LISTS) or lists_for(rows)), dim)
+    return True
+
+
 def _meta(conn: Connection[Any], key: str) -> str | None:
     row = conn.execute("SELECT value FROM meta WHERE key = %s", [key]).fetchone()
     return str(row[0]) if row else None

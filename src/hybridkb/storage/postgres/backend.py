@@ -269,12 +269,15 @@ class PostgresBackend:
     def set_meta(self, key: str, value: str) -> None:
         self._write(lambda conn: conn.execute(q.SET_META, [key, value]))
 
-    def keep_query_vectors(self, rows: Sequence[asked.Row], now: float) -> None:
-        """Best effort (storage/asked.py), on the primary, never waiting long for a lock."""
+    def keep_query_vectors(self, rows: Sequence[asked.Row], now: float, *, measure: bool = True) -> None:
+        """Best effort (storage/asked.py), on the primary, never waiting long for a lock;
+        `measure`: the first time there are enough, the probes (not as the store closes)."""
         def work(conn: Connection[Any]) -> None:
             conn.execute("SET LOCAL lock_timeout = '100ms'")
             asked.keep(conn.cursor(), rows, now, "%s")
         self._run(work, write=True)
+        if measure:
+            self._run(ann.measure_on_asked, write=True)
 
     @staticmethod
     def _dim(conn: Connection[Any]) -> int | None:
@@ -376,15 +379,12 @@ class PostgresBackend:
             ann.build(conn, dim)
 
     def optimize(self) -> dict[str, Any]:
-        """Merge the BM25 index's blocks now, and build the vector index if it is missing or
-        was built over fewer rows (after a bulk load, for the fastest queries); what the
-        vector index is now."""
+        """Merge the BM25 index's blocks now; build the vector index if it is missing or was
+        built over fewer rows, or measure its probes on the queries asked since (ann.py)."""
         self._write(lambda conn: fulltext.compact(conn))
 
         def index(conn: Connection[Any]) -> dict[str, Any]:
-            def lock() -> None:
-                bulk.lock(conn, bulk.LOCK_VECTORS)
-
+            lock = lambda: bulk.lock(conn, bulk.LOCK_VECTORS)  # noqa: E731 - taken only if building
             return {"bm25_merged": True, **ann.optimize(conn, self.index_min_rows, lock)}
 
         return self._write(index)

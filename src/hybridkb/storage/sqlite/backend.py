@@ -319,18 +319,17 @@ class SQLiteBackend:
                 self._vectors.settle(dim)
 
     def _prune_log(self, conn: Any) -> None:
-        """Every ~1000 writes, drop the log rows both derived indexes on disk have passed
-        (the text index's state file, the published vector base). Never for ":memory:"
-        (its vectors live in the delta, read from the whole log)."""
+        """Every ~1000 writes, drop the log rows both derived indexes on disk have passed.
+        Never for ":memory:" (its vectors live in the delta, read from the whole log)."""
         self._writes_since_prune += 1
         if self.index_dir is None or self._writes_since_prune < 1000:
             return
         self._writes_since_prune = 0
         prune_passed(conn, self._text.disk_seq(), has_vectors=self.vector_dim() is not None)
 
-    def keep_query_vectors(self, rows: Sequence[asked.Row], now: float) -> None:
-        """Best effort (storage/asked.py): a store another writer holds drops them at once,
-        so this backend's lock is never held waiting for that writer."""
+    def keep_query_vectors(self, rows: Sequence[asked.Row], now: float, *, measure: bool = True) -> None:
+        """Best effort (storage/asked.py): a busy store drops them at once (this backend's lock
+        is never held waiting for another writer); `measure`: see measure_on_asked."""
         with self._lock:
             self._conn.execute("PRAGMA busy_timeout = 0")
             try:
@@ -338,6 +337,8 @@ class SQLiteBackend:
                     asked.keep(conn, rows, now, "?")
             finally:
                 self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        if measure:  # the first time there are enough (not as the store closes)
+            self._vectors.measure_on_asked(self.vector_dim())
 
     def write_vectors(
         self, ids: Sequence[str], vectors: Sequence[Vector], content_hashes: Sequence[str],
