@@ -82,7 +82,7 @@ class SQLiteBackend:
             self._conn = sqlite_driver.connect(self.path, timeout=BUSY_TIMEOUT_S)
             self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             if self.path != ":memory:":
-                self._conn.execute("PRAGMA journal_mode = WAL")
+                sqlite_driver.enable_wal(self._conn, BUSY_TIMEOUT_S)
             self._conn.execute("PRAGMA synchronous = NORMAL")
             self._conn.execute(f"PRAGMA cache_size = {-1024 * int(cache_mb)}")
             self._conn.execute(f"PRAGMA mmap_size = {1024 * 1024 * int(mmap_mb)}")

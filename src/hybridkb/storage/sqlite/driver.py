@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import re
 import sqlite3 as _stdlib
+import time
 from types import ModuleType
 from typing import Any
 
@@ -42,6 +43,21 @@ def driver() -> ModuleType:
                 ) from exc
             _driver = sqlean
     return _driver
+
+
+def enable_wal(conn: Any, timeout: float) -> None:
+    """`PRAGMA journal_mode = WAL`, asked again while another connection holds the lock it
+    needs: SQLite answers "database is locked" at once there, without its busy handler
+    (processes racing to create one store met it under load)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except driver().OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)
 
 
 def connect(path: str, *, timeout: float) -> Any:
