@@ -56,8 +56,8 @@ def trim_sql(mark: str) -> str:
 
 
 def recent_sql(mark: str) -> str:
-    """The last MEASURED vectors of one dimension, newest first, and the newest seq
-    (bound: dimension, limit)."""
+    """(seq, vector) of the last vectors of one dimension, newest first (bound: dimension,
+    how many: MEASURED)."""
     return (f"SELECT seq, vector FROM query_vectors WHERE dim = {mark} "
             f"ORDER BY seq DESC LIMIT {mark}")
 

@@ -184,7 +184,7 @@ def calibrate(columns: Words, center: npt.NDArray[np.float32], matrix: Any, prob
         for i, rescore in enumerate(rungs):
             picks = closest(dist, rescore)
             scores = dot_rows(matrix[picks], q)
-            hits[i, j] = min(wanted, int(np.sum(scores >= bar - 1e-6))) / wanted
+            hits[i, j] = vector_recall.hit_share(scores, bar, wanted)
     for rescore, per_query in zip(rungs, hits, strict=True):
         if vector_recall.holds(per_query, target, sampled=probe.sampled):
             return CodeCalibration(rescore, round(float(per_query.mean()), 4),

@@ -62,6 +62,12 @@ class Probe:
     sampled: bool = False
 
 
+def hit_share(scores: Any, kth: float, wanted: int) -> float:
+    """One query's recall: the share of the `wanted` best its answer's `scores` hold, a hit
+    being any score at least the exact `kth` best (ties are equally right answers)."""
+    return min(wanted, int(np.sum(np.asarray(scores) >= kth - 1e-6))) / wanted
+
+
 def holds(per_query: Any, target: float, *, sampled: bool) -> bool:
     """Whether the recall of each query measured reaches `target`: their mean, less Z
     standard errors when the queries are a sample of the store's own."""
@@ -121,7 +127,7 @@ def calibrate(graph: Any, matrix: Any, keys: Any, target: float | None = None,
             pos = np.searchsorted(keys, row[(row >= 0)])
             pos = pos[pos < n]
             scores = dot_rows(matrix[np.sort(pos)], q)
-            per_query[i] = min(wanted, int(np.sum(scores >= bar - 1e-6))) / wanted
+            per_query[i] = hit_share(scores, bar, wanted)
         recall = float(per_query.mean())
         if holds(per_query, target, sampled=probed.sampled):
             times = []

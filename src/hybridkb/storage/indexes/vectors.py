@@ -303,14 +303,13 @@ class VectorIndexSync:
             return None, 0
 
     def _asked_since(self, base: VectorBase) -> bool:
-        """Whether the store was asked enough queries since the base was measured to measure
-        it again on them (optimize(): asked.py)."""
+        """Whether the store was asked MIN_ASKED queries since the base was measured on them
+        (all it kept, when it was measured on pseudo-queries): optimize(), asked.py."""
         if base.ann is None and base.codes is None:
             return False  # exact scans: nothing to measure
         try:
-            if not base.asked:
-                return self.source.asked_queries(base.dim)[0] is not None
-            return self.source.asked_after(base.dim, base.asked_through) >= asked.MIN_ASKED
+            through = base.asked_through if base.asked else 0
+            return self.source.asked_after(base.dim, through) >= asked.MIN_ASKED
         except Exception:
             return False
 

@@ -46,6 +46,7 @@ from .. import asked, codec
 from ..indexes import vector_recall
 from ..records import META_VECTOR_DIM
 from . import sql as q
+from .tables import VectorTables
 
 if TYPE_CHECKING:
     from psycopg import Connection
@@ -180,7 +181,7 @@ def calibrate(conn: Connection[Any], rows: int, lists: int, dim: int) -> Calibra
             per_query = np.zeros(len(queries))
             for i, (query, bar) in enumerate(zip(queries, kth, strict=True)):
                 got = conn.execute(knn, [query, query, K]).fetchall()
-                per_query[i] = min(wanted, sum(1 for (score,) in got if score >= bar - 1e-6)) / wanted
+                per_query[i] = vector_recall.hit_share([score for (score,) in got], bar, wanted)
             measured[probes] = per_query
         return measured[probes]
 
@@ -271,39 +272,37 @@ def grown(conn: Connection[Any]) -> bool:
     """Whether the store holds GROWTH times the items it held when the index was built
     (items, not vectors: their count is kept by triggers, where counting a large table's
     vectors on every write would cost tens of milliseconds)."""
-    row = conn.execute("SELECT value::bigint FROM meta WHERE key = %s", [META_ITEMS]).fetchone()
-    if row is None:
-        return False
-    return _items(conn) >= GROWTH * max(int(row[0]), 1)
+    built = VectorTables(conn).meta([META_ITEMS]).get(META_ITEMS)
+    return built is not None and _items(conn) >= GROWTH * max(int(built), 1)
 
 
 def optimize(conn: Connection[Any], min_rows: int, lock: Callable[[], None]) -> dict[str, Any]:
-    """Build the index (after `lock()`) if it is missing or was built over another number
-    of vectors than the store holds (once it holds `min_rows`); the vectors and the index
-    over them: lists, probes and the recall measured at the build."""
+    """Build the index (after `lock()`) if it is missing, was built over another number of
+    vectors than the store holds (once it holds `min_rows`) or with other lists than
+    lists_for; else measure its probes again when MIN_ASKED queries were asked since; the
+    vectors and the index over them: lists, probes and the recall measured."""
     dim, probes = state(conn)
     if dim is None:
         return {"vectors": 0, "first_pass": "exact", "vector_index_built": False}
-    row = conn.execute("SELECT count(*), (SELECT value::bigint FROM meta WHERE key = %s) "
-                       "FROM item_vectors", [META_ROWS]).fetchone()
-    rows, built = (int(row[0]), row[1]) if row else (0, None)
-    lists = _meta(conn, META_LISTS)
+    row = conn.execute("SELECT count(*) FROM item_vectors").fetchone()
+    rows = int(row[0]) if row else 0
+    meta = VectorTables(conn).meta([META_ROWS, META_LISTS, META_ASKED, META_ASKED_THROUGH])
+    lists = int(meta[META_LISTS]) if META_LISTS in meta else None
     rebuild = rows >= max(min_rows, 1) and dim <= MAX_DIM and (
-        probes is None or built != rows or (lists is not None and int(lists) != lists_for(rows)))
+        probes is None or meta.get(META_ROWS) != str(rows) or lists not in (None, lists_for(rows)))
     if rebuild:
         lock()
         build(conn, dim)
         probes = state(conn)[1]
-    elif probes is not None and dim <= MAX_DIM and _asked_since(conn, dim):
+    elif probes is not None and dim <= MAX_DIM and _asked_since(conn, dim, meta):
         lock()
-        measure(conn, rows, int(_meta(conn, META_LISTS) or lists_for(rows)), dim)
+        measure(conn, rows, lists or lists_for(rows), dim)
         probes = state(conn)[1]
     out: dict[str, Any] = {"vectors": rows, "first_pass": "exact" if probes is None else "ivfflat",
                            "vector_index_built": rebuild}
     if probes is not None:
-        meta = dict(conn.execute("SELECT key, value FROM meta WHERE key = ANY(%s)",
-                                 [[META_LISTS, META_PROBES, META_RECALL, META_ASKED]]).fetchall())
-        if len(meta) >= 3:  # an index this code built (its measurement is in meta)
+        meta = VectorTables(conn).meta([META_LISTS, META_PROBES, META_RECALL, META_ASKED])
+        if {META_LISTS, META_PROBES, META_RECALL} <= meta.keys():  # an index this code built
             out.update(lists=int(meta[META_LISTS]), probes=probes,
                        probe_recall=float(meta[META_RECALL]),
                        measured_on_asked=int(meta.get(META_ASKED) or 0))
@@ -315,31 +314,26 @@ def measure_on_asked(conn: Connection[Any]) -> bool:
     it has kept MIN_ASKED (asked.py): once per store, after a sample was written (later,
     optimize() measures as more come). Skipped while another connection does it."""
     dim, probes = state(conn)
-    if dim is None or probes is None or dim > MAX_DIM or int(_meta(conn, META_ASKED) or 0):
+    if dim is None or probes is None or dim > MAX_DIM:
         return False
-    if not _asked_since(conn, dim):
+    meta = VectorTables(conn).meta([META_ASKED, META_LISTS])
+    if int(meta.get(META_ASKED) or 0) or not _asked_since(conn, dim, meta):
         return False
     got = conn.execute("SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))",
                        ["hybridkb.measure"]).fetchone()
-    if not (got and got[0]) or int(_meta(conn, META_ASKED) or 0):  # measured meanwhile
-        return False
+    if not (got and got[0]) or int(VectorTables(conn).meta([META_ASKED]).get(META_ASKED) or 0):
+        return False  # another connection measures, or has measured meanwhile
     row = conn.execute("SELECT count(*) FROM item_vectors").fetchone()
     rows = int(row[0]) if row else 0
-    measure(conn, rows, int(_meta(conn, META_LISTS) or lists_for(rows)), dim)
+    measure(conn, rows, int(meta.get(META_LISTS) or lists_for(rows)), dim)
     return True
 
 
-def _meta(conn: Connection[Any], key: str) -> str | None:
-    row = conn.execute("SELECT value FROM meta WHERE key = %s", [key]).fetchone()
-    return str(row[0]) if row else None
-
-
-def _asked_since(conn: Connection[Any], dim: int) -> bool:
-    """Whether the store was asked enough queries since the probes were measured to measure
-    them again on those (optimize(): asked.py)."""
-    through = int(_meta(conn, META_ASKED_THROUGH) or 0)
-    if not int(_meta(conn, META_ASKED) or 0):  # measured on pseudo-queries
-        through = 0
+def _asked_since(conn: Connection[Any], dim: int, meta: dict[str, str]) -> bool:
+    """Whether the store was asked MIN_ASKED queries since the probes were measured on them
+    (all it kept, when they were measured on pseudo-queries); `meta` holds META_ASKED and
+    META_ASKED_THROUGH as read."""
+    through = int(meta.get(META_ASKED_THROUGH) or 0) if int(meta.get(META_ASKED) or 0) else 0
     row = conn.execute(asked.count_after_sql("%s"), [dim, through]).fetchone()
     return row is not None and int(row[0]) >= asked.MIN_ASKED
 

@@ -384,8 +384,8 @@ class PostgresBackend:
         self._write(lambda conn: fulltext.compact(conn))
 
         def index(conn: Connection[Any]) -> dict[str, Any]:
-            lock = lambda: bulk.lock(conn, bulk.LOCK_VECTORS)  # noqa: E731 - taken only if building
-            return {"bm25_merged": True, **ann.optimize(conn, self.index_min_rows, lock)}
+            return {"bm25_merged": True, **ann.optimize(
+                conn, self.index_min_rows, lambda: bulk.lock(conn, bulk.LOCK_VECTORS))}
 
         return self._write(index)
 
