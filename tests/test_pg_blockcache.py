@@ -145,15 +145,61 @@ def test_cache_memory_is_bounded() -> None:
     assert cache.get(("s", "big")) is None
 
 
-def test_parse_reads_packed_bytes() -> None:
-    ids = np.array([3, 9, 12], dtype=np.int64)
-    cols = [(ids, ">i8"), (np.array([0, 2, 1]), ">i2"), (np.array([5, 0, 7]), ">i2"),
-            (np.array([40, 3, 77]), ">i4")]
-    packed = b""
-    for values, code in cols:  # array_send: header, then a length and the value each
-        packed += np.array([1, 0, 0, len(values), 1], dtype=">i4").tobytes()
-        item = np.dtype([("len", ">i4"), ("v", code)])
-        packed += np.array([(item["v"].itemsize, v) for v in values], dtype=item).tobytes()
-    block = blockcache.Block.parse(packed, 3)
-    assert block.ids.tolist() == [3, 9, 12] and block.nt.tolist() == [0, 2, 1]
-    assert block.nb.tolist() == [5, 0, 7] and block.dl.tolist() == [40, 3, 77]
+@pytest.mark.parametrize("rowids", [
+    [3, 9, 12],  # one block's span: 4-byte offsets from the smallest
+    [5_000_000_000, 5_000_000_007, 5_000_000_001],  # past 2^32, a narrow span
+    [1, 3_000_000_000, 42],  # a span of 2^31 or more: 8-byte rowids
+    [2**62, 7],
+    [77],
+])
+def test_parse_reads_what_the_server_packs(pg_url: str, rowids: list[int]) -> None:
+    """`packed` is written by the server (hybridkb_pack_postings, a generated column) and
+    read by the client: both ends of one format, in the arrays' order."""
+    hybridkb.open(pg_url, embedder=None).close()  # the schema, with the function
+    rng = random.Random(len(rowids))
+    nt = [rng.choice([0, 1, 32767]) for _ in rowids]
+    nb = [rng.choice([0, 5, 300]) for _ in rowids]
+    dl = [rng.choice([1, 40, 2**31 - 1]) for _ in rowids]
+    with psycopg.connect(pg_url) as conn:
+        packed = conn.cursor(binary=True).execute(
+            "SELECT hybridkb_pack_postings(%s::bigint[], %s::smallint[], %s::smallint[], "
+            "%s::integer[])", [rowids, nt, nb, dl]).fetchone()[0]  # type: ignore[index]
+    block = blockcache.Block.parse(packed, len(rowids))
+    assert block.ids.tolist() == rowids and block.nt.tolist() == nt
+    assert block.nb.tolist() == nb and block.dl.tolist() == dl
+    assert block.ids.dtype == np.int64
+
+
+def test_a_store_of_the_old_format_is_carried_over(pg_url: str) -> None:
+    """A store written before migration 015 (`packed` as array_send output, compressed)
+    is rewritten by the next open, vacuumed, and answers as scoring every match."""
+    kb = hybridkb.open(pg_url, embedder=None)
+    kb.add_many(_items(7, 300, "a"), batch_size=100)
+    kb.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # the store as migration 014 left it
+        conn.execute("""
+            CREATE FUNCTION hybridkb_pack(rowids bigint[], nt smallint[], nb smallint[],
+                                          dl integer[])
+                RETURNS bytea LANGUAGE sql IMMUTABLE PARALLEL SAFE
+                AS $$ SELECT array_send(rowids) || array_send(nt) || array_send(nb)
+                          || array_send(dl) $$;
+            ALTER TABLE bm25_blocks DROP COLUMN packed;
+            ALTER TABLE bm25_blocks ADD COLUMN packed bytea
+                GENERATED ALWAYS AS (hybridkb_pack(rowids, nt, nb, dl)) STORED;
+            DROP FUNCTION hybridkb_pack_postings(bigint[], smallint[], smallint[], integer[]);
+            DELETE FROM schema_migrations WHERE name LIKE '015%';
+        """)
+        assert conn.execute("SELECT get_byte(packed, 0) FROM bm25_blocks LIMIT 1").fetchone() == (0,)
+    reader = hybridkb.open(pg_url, embedder=None)
+    exact = hybridkb.open(pg_url, embedder=None, bm25_search="exact")
+    try:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            widths = conn.execute("SELECT DISTINCT get_byte(packed, 0) FROM bm25_blocks "
+                                  "WHERE packed IS NOT NULL").fetchall()
+            vacuumed = conn.execute("SELECT last_vacuum IS NOT NULL FROM pg_stat_user_tables "
+                                    "WHERE relname = 'bm25_blocks'").fetchone()
+        assert widths == [(4,)] and vacuumed == (True,)
+        _compare(reader, exact)
+    finally:
+        reader.close()
+        exact.close()

@@ -39,11 +39,12 @@ if TYPE_CHECKING:
     from psycopg import Connection
 
 DEFAULT_MB = 512  # about 22 million postings (16 bytes parsed, 8 for the weight)
+# A block's `packed` bytes (migration 015): a width byte (4 or 8) and a base rowid (8
+# bytes), then each column bare and big-endian: the rowids less the base in `width` bytes,
+# nt and nb in 2 bytes each, dl in 4.
+HEADER = 9
 ARRAY_HEADER = 20  # array_send of a one-dimensional array: ndim, flags, type, length, lower bound
-# A block's `packed` bytes: array_send of rowids, nt, nb, dl end to end; each element is
-# a 4-byte length and the value (8, 2, 2 and 4 bytes).
-_PACKED = ((8, ">i8", np.int64), (2, ">i2", np.int16), (2, ">i2", np.int16), (4, ">i4", np.int32))
-_STRUCT = [np.dtype([("len", ">i4"), ("v", code)]) for _, code, _ in _PACKED]
+_COUNTS = ((">i2", np.int16), (">i2", np.int16), (">i4", np.int32))
 # What identifies a block's row version and the file, server run and database it is in.
 _SCOPE = ("(SELECT pg_relation_filenode('bm25_blocks'::regclass)::text || '/' || "
           "pg_postmaster_start_time()::text || '/' || d.oid::text "
@@ -77,13 +78,18 @@ class Block:
     @classmethod
     def parse(cls, packed: bytes, n: int) -> Block:
         """A block from its `packed` bytes; each column read in place, converted once."""
+        width = packed[0]
+        base = int.from_bytes(packed[1:HEADER], "big", signed=True)
+        ids = np.frombuffer(packed, f">i{width}", count=n, offset=HEADER).astype(np.int64)
+        if base:
+            ids += base
         columns = []
-        at = 0
-        for (width, _, native), dtype in zip(_PACKED, _STRUCT, strict=True):
-            view = np.frombuffer(packed, dtype, count=n, offset=at + ARRAY_HEADER)["v"]
+        at = HEADER + n * width
+        for code, native in _COUNTS:
+            view = np.frombuffer(packed, code, count=n, offset=at)
             columns.append(view.astype(native))
-            at += ARRAY_HEADER + n * (4 + width)
-        return cls(*columns)
+            at += n * view.itemsize
+        return cls(ids, *columns)
 
     @property
     def nbytes(self) -> int:
