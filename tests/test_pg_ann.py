@@ -9,6 +9,7 @@ import numpy as np
 import psycopg
 import pytest
 from click.testing import CliRunner
+from named import named
 from pgvector.psycopg import register_vector
 
 import hybridkb
@@ -74,7 +75,7 @@ def test_a_build_measures_its_probes_and_searches_find_the_true_neighbours(pg_ur
         found = 0
         for q in queries:
             exact = {f"v{k}" for k in np.argsort(-(vectors @ q))[:10]}
-            found += len(exact & {i for i, _ in kb.backend.vector_search(q, area, 10)})
+            found += len(exact & {i for i, _ in named(kb.backend, kb.backend.vector_search(q, area, 10))})
         assert found / (10 * len(queries)) >= 0.9
 
 
@@ -139,7 +140,7 @@ def test_a_store_with_the_old_hnsw_index_gets_ivfflat(pg_url: str) -> None:
             assert conn.execute("SELECT to_regclass('item_vectors_hnsw')").fetchone() == (None,)
         assert kb.backend.integrity_problems() == ["600 vectors but no vector index"]
         area = SearchArea(corpora=None, filters=Filters(), now=time.time())
-        best = kb.backend.vector_search(vectors[3], area, 1)
+        best = named(kb.backend, kb.backend.vector_search(vectors[3], area, 1))
         assert best[0][0] == "v3"  # an exact scan meanwhile
         kb.add_many(_items(vectors[600:], 600), batch_size=100)
         assert _index_oid(pg_url) is not None and kb.backend.integrity_problems() == []
@@ -166,7 +167,7 @@ def test_the_index_is_over_half_precision_vectors_and_knn_queries_use_it(pg_url:
         area = SearchArea(corpora=None, filters=Filters(), now=time.time())
         plan = kb.backend.explain_vector_search(vectors[5], area, 10)
         assert "item_vectors_ivf" in plan, plan
-        best = kb.backend.vector_search(vectors[5], area, 3)
+        best = named(kb.backend, kb.backend.vector_search(vectors[5], area, 3))
         assert best[0][0] == "v5" and abs(best[0][1] - 1.0) < 1e-5  # re-scored exactly
 
 
@@ -201,5 +202,5 @@ def test_vectors_past_halfvec_s_limit_are_searched_exactly(pg_url: str, dim: int
         kb.add_many(_items(rows), batch_size=40)
         assert (_index_oid(pg_url) is not None) is indexed
         area = SearchArea(corpora=None, filters=Filters(), now=time.time())
-        assert kb.backend.vector_search(rows[7], area, 1)[0][0] == "v7"
+        assert named(kb.backend, kb.backend.vector_search(rows[7], area, 1))[0][0] == "v7"
         assert kb.backend.integrity_problems() == []

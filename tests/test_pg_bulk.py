@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import psycopg
 import pytest
+from named import named
 
 import hybridkb
 from hybridkb import InvalidInputError
@@ -67,7 +68,7 @@ def test_a_batch_as_large_as_the_store_rebuilds_the_vector_index(
         assert conn.execute("SELECT count(*) FROM item_vectors").fetchone() == (480,)
         assert kb.backend.integrity_problems() == []
         query = np.asarray(_items(400, 1)[0]["vector"], dtype=np.float32)
-        hits = kb.backend.vector_search(query / np.linalg.norm(query), _everywhere(), 10)
+        hits = named(kb.backend, kb.backend.vector_search(query / np.linalg.norm(query), _everywhere(), 10))
         assert len(hits) == 10 and hits[0][0] == "b400"
 
 
@@ -104,7 +105,8 @@ def test_a_bulk_batch_indexes_as_rows_written_one_by_one(pg_url: str) -> None:
 
         def ranked(corpus: str) -> list[list[tuple[str, float]]]:
             area = SearchArea(corpora=(corpus,), filters=Filters(), now=2e9)
-            return [[(i[len(corpus):], s) for i, s in kb.backend.text_search(parse(q), area, 20)]
+            return [[(i[len(corpus):], s)
+                     for i, s in named(kb.backend, kb.backend.text_search(parse(q), area, 20))]
                     for q in queries]
 
         before = ranked("bulk")
@@ -279,13 +281,12 @@ def test_the_store_merges_only_buckets_of_many_blocks_and_optimize_all(pg_url: s
 
 
 def test_packed_postings_follow_every_write_to_a_block(pg_url: str) -> None:
-    """`packed` (migration 006) is the four arrays' array_send end to end, through inserts,
-    a delete and a text change rewriting blocks, and a merge; top-k reads it."""
+    """`packed` (migrations 006, 015) holds the four arrays as the client parses them,
+    through inserts, a delete and a text change rewriting blocks, and a merge; top-k reads
+    it."""
+    from hybridkb.storage.postgres.blockcache import Block
     from hybridkb.textquery import parse
 
-    differ = ("SELECT count(*) FILTER (WHERE packed IS DISTINCT FROM array_send(rowids) || "
-              "array_send(nt) || array_send(nb) || array_send(dl)), count(*) FROM bm25_blocks "
-              "WHERE rowids IS NOT NULL")
     with hybridkb.open(pg_url, embedder=None) as kb, \
             hybridkb.open(pg_url, embedder=None, bm25_search="exact") as exact, \
             psycopg.connect(pg_url, autocommit=True) as conn:
@@ -294,7 +295,15 @@ def test_packed_postings_follow_every_write_to_a_block(pg_url: str) -> None:
         kb.delete_many([f"b{k}" for k in range(0, 200, 3)])
         kb.add_many([{"id": "b1", "text": "a river changed its course"}], replace=True)
         kb.backend.optimize()
-        bad, total = conn.execute(differ).fetchone()
+        blocks = conn.cursor(binary=True).execute(
+            "SELECT n, packed, rowids, nt, nb, dl FROM bm25_blocks WHERE rowids IS NOT NULL"
+        ).fetchall()
+        bad = total = 0
+        for n, packed, *arrays in blocks:
+            block = Block.parse(packed, n)
+            parsed = [block.ids.tolist(), block.nt.tolist(), block.nb.tolist(), block.dl.tolist()]
+            bad += parsed != [list(a) for a in arrays]
+            total += 1
         assert bad == 0 and total > 50
         area = _everywhere()
         for text in ("river 3", "river course", "bulk item 505"):

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from named import named
 
 import hybridkb
 from hybridkb import KnowledgeBase
@@ -168,9 +169,9 @@ def test_writes_keep_the_index_current(stores: tuple[KnowledgeBase, KnowledgeBas
         conn.execute("UPDATE items SET corpus = 'moved' WHERE id = 'c4-00020'")
         conn.execute("UPDATE items SET access_count = access_count + 1")  # no text change
     area = SearchArea(corpora=("c",), filters=Filters(), now=time.time())
-    assert fast.backend.text_search(parse("brandnew"), area, 5)[0][0] == "c4-00003"
+    assert named(fast.backend, fast.backend.text_search(parse("brandnew"), area, 5))[0][0] == "c4-00003"
     assert all(h[0] not in ("c4-00004", "c4-00010", "c4-00020")
-               for h in fast.backend.text_search(parse("w0 w1"), area, 1000))
+               for h in named(fast.backend, fast.backend.text_search(parse("w0 w1"), area, 1000)))
     assert _same(fast, exact, area, _queries(11, 20), 30) >= 20
     assert fast.backend.integrity_problems() == []  # type: ignore[attr-defined]
     with psycopg.connect(pg_url) as conn:  # damage: the index no longer matches the items
@@ -403,10 +404,11 @@ def test_searches_see_other_connections_writes(pg_url: str) -> None:
     try:
         writer.add_many([{"id": f"a{i}", "corpus": "c", "text": f"w1 w2 alpha{i}"} for i in range(5)])
         query = parse("w1")
-        assert {h for h, _ in reader.backend.text_search(query, area, 10)} == {f"a{i}" for i in range(5)}
+        assert {h for h, _ in named(reader.backend, reader.backend.text_search(query, area, 10))} == {
+            f"a{i}" for i in range(5)}
         writer.delete("a0")
         writer.add_many([{"id": "b0", "corpus": "c", "text": "w1 beta"}])
-        assert {h for h, _ in reader.backend.text_search(query, area, 10)} == {
+        assert {h for h, _ in named(reader.backend, reader.backend.text_search(query, area, 10))} == {
             "a1", "a2", "a3", "a4", "b0"}
         with psycopg.connect(pg_url, autocommit=True) as conn:  # a store emptied and refilled
             conn.execute("TRUNCATE items, bm25_blocks, corpus_stats RESTART IDENTITY CASCADE")
@@ -418,7 +420,7 @@ def test_searches_see_other_connections_writes(pg_url: str) -> None:
             assert [s for _, s in hits] == pytest.approx([s for _, s in want], rel=1e-9)
         finally:
             exact.close()
-        assert {h for h, _ in hits} == {f"z{i}" for i in range(6)}
+        assert {h for h, _ in named(reader.backend, hits)} == {f"z{i}" for i in range(6)}
     finally:
         reader.close()
         writer.close()

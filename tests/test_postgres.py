@@ -201,7 +201,7 @@ def test_bm25_scores_positive_and_rarer_terms_rank_higher(pg_url: str) -> None:
     with hybridkb.open(pg_url, embedder=None) as kb:
         kb.add_many([{"id": f"c{k}", "text": f"common words {k}"} for k in range(30)]
                     + [{"id": "rare", "text": "common words with a zanzibar"}])
-        hits = kb.backend.text_search(parse_query("common zanzibar"), scope(), 50)
+        hits = named(kb.backend, kb.backend.text_search(parse_query("common zanzibar"), scope(), 50))
         assert hits[0][0] == "rare" and len(hits) == 31
         assert all(score > 0 for _, score in hits)
         assert [s for _, s in hits] == sorted((s for _, s in hits), reverse=True)
@@ -258,7 +258,7 @@ def test_filtered_knn_fills_limit_through_the_vector_index(
         keep = np.arange(n) % 100 == 7  # 1% of the items
         for limit in (10, 20):
             calls.clear()
-            hits = backend.vector_search(query, scope(metadata={"bucket": 7}), limit)
+            hits = named(backend, backend.vector_search(query, scope(metadata={"bucket": 7}), limit))
             assert len(hits) == limit
             assert calls == [False]  # the iterative index scan alone filled the limit
             assert all(int(i[1:]) % 100 == 7 for i, _ in hits)

@@ -16,15 +16,14 @@ from ..model import Filters, Item, Key, StoredItem
 from ..textquery import TextQuery
 from .codec import Vector
 
-__all__ = ["Backend", "Key", "ScoredIds", "ScoredKeys", "SearchArea", "Vector"]
+__all__ = ["Backend", "Key", "ScoredKeys", "SearchArea", "Vector"]
 
 # A retrieval names each item by a key (model.Key): the dialect's cheapest handle on it
-# (SQLite: the rowid its indexes hold; PostgreSQL: the id). A search compares keys only
+# (the rowid, which both dialects' indexes hold). A search compares keys only
 # with keys of the same search and reads the items behind them once, with `items_by_key`:
 # ids are read for the few dozen items a search shows or weighs, not for every entry of
 # 300-deep lists.
 ScoredKeys = list[tuple[Key, float]]
-ScoredIds = list[tuple[str, float]]  # a list named by item ids (PostgreSQL's keys)
 
 
 @dataclass(frozen=True, slots=True)

@@ -132,7 +132,6 @@ class PostgresBackend:
         self.ts_normalization = int(ts_normalization)
         # `hnsw_min_rows`: the option's name while the index was HNSW, still accepted.
         self.index_min_rows = int(vector_index_min_rows if hnsw_min_rows is None else hnsw_min_rows)
-        self._ids = fulltext.IdCache()  # item ids of rowids, across full-text searches
         self._blocks = blockcache.BlockCache(max(0, int(bm25_cache_mb)) << 20)  # BM25 blocks read
         try:
             in_url = conninfo_to_dict(url)
@@ -445,8 +444,10 @@ class PostgresBackend:
         return records.in_order(ids, {row[0]: records.row_to_item(row) for row in rows})
 
     def items_by_key(self, keys: Sequence[Key]) -> dict[Key, StoredItem]:
-        """Retrievals here name items by their ids: the keys are ids."""
-        return {it.id: it for it in self.get([str(k) for k in keys], include_expired=True, now=0.0)}
+        """Retrievals here name items by rowid (the primary key): no id read for a list's
+        300 entries."""
+        rows = self._read(q.SELECT_ITEMS_BY_ROWID, [[int(k) for k in keys]]) if keys else []
+        return {int(row[0]): records.row_to_item(row[1:]) for row in rows}
 
     def embedded_hashes(self, ids: Sequence[str]) -> dict[str, str]:
         if not ids:
@@ -512,8 +513,8 @@ class PostgresBackend:
         def work(conn: Connection[Any]) -> list[Any]:
             scoped = not selectivity.keeps_many(conn, area, self.filtered_exact_rows, limit)
             found = fulltext.search(conn, terms, area, limit, self.bm25_weights,
-                                    self.bm25_exact_top, self.bm25_tail, self._ids,
-                                    self._blocks, scoped=scoped)
+                                    self.bm25_exact_top, self.bm25_tail, self._blocks,
+                                    scoped=scoped)
             return found if found is not None else conn.execute(statement, params).fetchall()
 
         return [(r[0], float(r[1])) for r in self._search(work)]

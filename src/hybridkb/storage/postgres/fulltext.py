@@ -5,14 +5,15 @@ statistics and the documents holding each phrase, pipelined with the items no se
 return (expired, stale); one per round of bucket reads (one round, in pipelined parts,
 reads every posting when the terms hold at most FULL_READ: at a search's depth of 300 the
 bounds would not stop the reading earlier; blocks the store's cache holds are named, not
-sent: blockcache.py); one to score the last candidates exactly
-(their phrases, when every one-word term has been read to the end); one for the ids of
-the best hits (or the documents near the top, checked against a filter), none when
-IdCache holds them all. Scores equal sql.text_search's (same statistics: N, average length
-and df of the corpora searched), so the two paths are interchangeable (with `exact_top`,
-for the best `exact_top`: the ranks below come from the documents read, never above their
-scores). A filter that keeps few rows reads them first and scores only them (`scoped`);
-sql.py's one statement remains the path for unfiltered queries made only of phrases.
+sent: blockcache.py); one to score the last candidates exactly (their phrases, when every
+one-word term has been read to the end); one to check the documents near the top against a
+filter that must be checked row by row. Hits are named by rowid (the store's keys: no id
+is read for the entries of a 300-deep list). Scores equal sql.text_search's (same
+statistics: N, average length and df of the corpora searched), so the two paths are
+interchangeable (with `exact_top`, for the best `exact_top`: the ranks below come from the
+documents read, never above their scores). A filter that keeps few rows reads them first
+and scores only them (`scoped`); sql.py's one statement remains the path for unfiltered
+queries made only of phrases.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from psycopg import sql
 
-from ..contract import ScoredIds, SearchArea
+from ..contract import SearchArea
 from . import blockcache, topk
 from . import sql as q
 
 if TYPE_CHECKING:
     from psycopg import Connection
+
+Ranked = list[tuple[int, float]]  # (rowid, score) best first: the store's keys
 
 COMPACT_MIN_ITEMS = 5_000  # no merging below this many items
 META_COMPACTED = "pg_bm25_compacted_items"  # items in the store at the last merge
@@ -70,8 +73,7 @@ EARLY_GROWTH = 4  # each round of the early stop reads this many times the last
 # The query's first statement (issue #16, fourth pass: these were two, plus one per phrase,
 # plus one for the excluded items, sent with it in one round trip): each query term's
 # lexemes with the (bucket, count) pairs of the corpora searched, whether it is one lexeme,
-# N and the average length, a phrase's df (counted through the GIN index, once per term),
-# and the items table's file (the key of IdCache's entries).
+# N and the average length and a phrase's df (counted through the GIN index, once per term).
 _TERMS = """
 WITH t AS MATERIALIZED (
     SELECT a.ord, numnode(x.q) AS nodes,
@@ -96,8 +98,7 @@ WITH t AS MATERIALIZED (
     ) AS c ON true
 )
 SELECT k.ord, t.nodes, k.lexeme, k.bucket, k.n, s.n AS n_docs, s.avgdl,
-       CASE WHEN row_number() OVER (PARTITION BY k.ord) = 1 THEN array_send(t.phrase_rows) END,
-       pg_relation_filenode('items'::regclass)::bigint AS file
+       CASE WHEN row_number() OVER (PARTITION BY k.ord) = 1 THEN array_send(t.phrase_rows) END
 FROM k JOIN t USING (ord) CROSS JOIN s
 """
 # The postings of the buckets read, block by block, as binary arrays serialized when the
@@ -115,9 +116,9 @@ _EXCLUDED = """
 SELECT array_send(coalesce(array_agg(i.rowid), '{{}}'::bigint[])) FROM items i
 WHERE {in_corpora} AND ({excluded})
 """
-_CHECK = "SELECT i.rowid, i.id, {ok} FROM items i WHERE i.rowid = ANY(%s)"
+_CHECK = "SELECT i.rowid, {ok} FROM items i WHERE i.rowid = ANY(%s)"
 # Every row a selective filter keeps (_Run.scoped), found through the filters' indexes.
-_KEPT = "SELECT i.rowid, i.id FROM items i WHERE {in_corpora} AND {ok}"
+_KEPT = "SELECT i.rowid FROM items i WHERE {in_corpora} AND {ok}"
 # Exact term counts of candidates, as sql.text_search computes them.
 _SCORE = "WITH " + q.terms_cte("unnest(%s::text[], %s::int[])") + """
 SELECT m.rowid, length(m.tsv), t.ord, {n}, {n_title}
@@ -190,39 +191,17 @@ def compact(conn: Connection[Any], min_blocks: int = 2) -> None:
     conn.execute(q.SET_META, [META_COMPACTED, str(int(row[0]) if row else 0)])
 
 
-class IdCache:
-    """Item ids by rowid, kept across searches. A rowid is an identity value given to one
-    item for good (no statement changes an item's id or reuses a rowid), so an entry only
-    goes stale if the items table is replaced or emptied with its identity restarted:
-    entries are kept per server, database and file of the items table
-    (pg_relation_filenode, read with the query's terms; TRUNCATE and a re-created table
-    get a new file). A search looks its best hits up here and fetches only the others."""
-
-    MAX = 500_000  # entries kept; a fuller cache starts again empty
-
-    def __init__(self) -> None:
-        self._entry: tuple[tuple[Any, ...] | None, dict[int, str]] = (None, {})
-
-    def table(self, key: tuple[Any, ...]) -> dict[int, str]:
-        """The entries of this key (a dict to read and fill; another key's are dropped)."""
-        entry = self._entry  # key and entries in one reference: threads see both or neither
-        if entry[0] != key or len(entry[1]) > self.MAX:
-            entry = (key, {})
-            self._entry = entry  # a search of the old key fills a dict no one reads again
-        return entry[1]
-
-
 def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit: int,
            weights: tuple[float, float], exact_top: int | None = None,
-           tail: str = "bounds", ids: IdCache | None = None,
-           blocks: blockcache.BlockCache | None = None, scoped: bool = False) -> ScoredIds | None:
+           tail: str = "bounds", blocks: blockcache.BlockCache | None = None,
+           scoped: bool = False) -> Ranked | None:
     """The BM25 top `limit` over the OR of `terms`, or None when this query is better
     answered by scoring every match (sql.text_search). Exact to the full depth, or, with
     `exact_top`, exact for the best `exact_top` and filled below from the documents seen
-    (scores by `tail`, never above the exact ones). `ids` keeps item ids across searches,
-    `blocks` the index's blocks read (blockcache.py). `scoped` (a filter that keeps few
-    rows): the rows the filters keep are read first and only they are scored, exactly,
-    with the statistics of the corpora (df from the index; _Run.scoped)."""
+    (scores by `tail`, never above the exact ones). `blocks` keeps the index's blocks read
+    (blockcache.py). `scoped` (a filter that keeps few rows): the rows the filters keep
+    are read first and only they are scored, exactly, with the statistics of the corpora
+    (df from the index; _Run.scoped)."""
     early = exact_top is not None and exact_top < limit
     stats_in, stats_params = q._in_corpora("corpus", area.corpora)
     buckets_in, buckets_params = q._in_corpora("b.corpus", area.corpora)
@@ -240,11 +219,11 @@ def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit:
     excluded_rowids = excluded.result() if excluded is not None else None
     if not rows:
         return []
-    n_docs, avgdl, file = float(rows[0][5]), float(rows[0][6]), rows[0][8]
+    n_docs, avgdl = float(rows[0][5]), float(rows[0][6])
     by_term: dict[int, dict[str, list[tuple[int, int]]]] = {}
     single: dict[int, bool] = {}
     phrase_rows: dict[int, topk.Ints] = {}  # the documents holding each phrase
-    for ord_, nodes, lexeme, bucket, count, _n, _a, members, _f in rows:
+    for ord_, nodes, lexeme, bucket, count, _n, _a, members in rows:
         by_term.setdefault(ord_, {}).setdefault(lexeme, [])
         single[ord_] = nodes == 1
         if members is not None:
@@ -268,9 +247,7 @@ def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit:
         return []
     if not scoped and not any(p.exact for p in plans):
         return None
-    info = conn.info
-    known = ids.table((info.host, info.port, info.dbname, file)) if ids is not None else None
-    run = _Run(conn, terms, plans, area, limit, weights, avgdl, excluded_rowids, known)
+    run = _Run(conn, terms, plans, area, limit, weights, avgdl, excluded_rowids)
     if blocks is not None:
         run.blocks = blocks
     run.members = [None if p.exact else phrase_rows.get(p.ord) for p in plans]
@@ -315,12 +292,12 @@ class _Run:
 
     def __init__(self, conn: Connection[Any], terms: Sequence[str], plans: list[topk.TermPlan],
                  area: SearchArea, limit: int, weights: tuple[float, float], avgdl: float,
-                 excluded: Any = None, ids: dict[int, str] | None = None) -> None:
+                 excluded: Any = None) -> None:
         self.conn, self.terms, self.plans, self.area = conn, terms, plans, area
         self.limit, self.weights, self.avgdl = limit, weights, avgdl
         self.seen = topk.Seen(len(plans))
         self.exact = np.array([p.exact for p in plans], dtype=bool)
-        self.checked: dict[int, tuple[str, bool]] = {}  # rowid -> (id, passes the filters)
+        self.checked: dict[int, bool] = {}  # rowid -> passes the filters (checked row by row)
         ok, self.ok_params = q.filter_sql(area, corpus=False)
         self.ok_sql = sql.SQL("({})").format(ok)  # finds rows (scoped): containment too
         ok_row, self.ok_row_params = q.filter_sql(area, corpus=False, indexed=False)
@@ -331,9 +308,8 @@ class _Run:
         self.scope = ""  # the blocks' (blockcache.read_all)
         self.at_hand: dict[int, tuple[topk.Ints, topk.Floats, float]] = {}  # slot: all postings
         # Rowids no search may return, when that set is known (no other filter): then every
-        # other document passes, and only ids are fetched, those not in `ids` (IdCache).
+        # other document passes and none is checked.
         self.excluded: Any = excluded
-        self.ids = ids if excluded is not None else None
         self.kept: topk.Ints | None = None  # every rowid the filters keep, sorted (scoped)
         self.exact_top, self.tail = limit, "exact"  # the early stop's (exact_top < limit)
         self.postings = 0  # read so far
@@ -342,7 +318,7 @@ class _Run:
         # of other documents are dropped, so only those can be unsure of their phrase part.
         self.members: list[topk.Ints | None] = [None] * len(plans)
 
-    def run(self) -> ScoredIds:
+    def run(self) -> Ranked:
         total = sum(int(p.counts.sum()) for p in self.plans)
         k = self.exact_top
         early = k < self.limit
@@ -399,7 +375,7 @@ class _Run:
                                           self.limit, also=docs[pick])
                     return self._fill(ranked, docs[pick], lower[pick])
 
-    def _all_read(self) -> ScoredIds:
+    def _all_read(self) -> Ranked:
         """Every posting read in one statement: no bound is left to tighten, so each
         document's sum of weights is its score (a phrase's part a bound, confirmed at the
         end). Seen.bounds would give the same candidates in several more passes."""
@@ -429,7 +405,7 @@ class _Run:
         lower[at] = upper[at] = np.maximum(scores, 0.0)
         known[at] = scores >= 0
 
-    def _fill(self, ranked: ScoredIds, docs: topk.Ints, lower: topk.Floats) -> ScoredIds:
+    def _fill(self, ranked: Ranked, docs: topk.Ints, lower: topk.Floats) -> Ranked:
         """The best `exact_top` of the candidates (exact), then the ranks below from the
         other candidates (exact) and the tail's documents `docs` (seen outside the
         candidates, best lower bounds first), scored by their `lower` bounds or exactly
@@ -444,8 +420,8 @@ class _Run:
         else:
             scores = dict(zip(rowids, (float(x) for x in lower), strict=True))
         self._check(rowids)
-        rest = sorted([*ranked[self.exact_top:], *((self.checked[r][0], s) for r, s in
-                                                   scores.items() if self.checked[r][1])],
+        rest = sorted([*ranked[self.exact_top:], *((r, s) for r, s in scores.items()
+                                                   if self._passes(r))],
                       key=lambda hit: (-hit[1], hit[0]))
         return [*top, *rest][: self.limit]
 
@@ -510,30 +486,35 @@ class _Run:
             self._check(docs[order[:want]])
             if want >= len(order):
                 break
-            if sum(self.checked[int(r)][1] for r in docs[order[:want]]) >= self.limit:
+            if sum(self.checked[int(r)] for r in docs[order[:want]]) >= self.limit:
                 break
             want *= 2
         passing = np.zeros(len(docs), dtype=bool)
         possible = np.ones(len(docs), dtype=bool)
         top = order[:want]
-        passing[top] = possible[top] = [self.checked[int(r)][1] for r in docs[top]]
+        passing[top] = possible[top] = [self.checked[int(r)] for r in docs[top]]
         return passing, possible
 
     def _check(self, rowids: Sequence[int] | topk.Ints) -> None:
+        """Check these documents against the filters, row by row (those not checked yet;
+        none when the filters are known otherwise: `_passes`)."""
+        if self.excluded is not None or self.kept is not None:
+            return
         todo = [int(r) for r in rowids if int(r) not in self.checked]
-        if todo and self.ids is not None:  # every document asked about passes (_passing)
-            known = self.ids
-            self.checked.update((r, (known[r], True)) for r in todo if r in known)
-            todo = [r for r in todo if r not in known]
         if todo:
-            for rowid, item_id, ok in self.conn.execute(self.check_sql, [*self.ok_row_params, todo]):
-                self.checked[int(rowid)] = (item_id, bool(ok))
-                if self.ids is not None:
-                    self.ids[int(rowid)] = item_id
+            for rowid, ok in self.conn.execute(self.check_sql, [*self.ok_row_params, todo]):
+                self.checked[int(rowid)] = bool(ok)
             for r in todo:  # gone (cannot happen within one snapshot; never return it)
-                self.checked.setdefault(r, ("", False))
+                self.checked.setdefault(r, False)
 
-    def scoped(self) -> ScoredIds:
+    def _passes(self, rowid: int) -> bool:
+        """Whether a candidate may be returned: with the excluded set (or the kept rows)
+        known, every candidate is outside it (inside them: _passing); else as checked."""
+        if self.excluded is not None or self.kept is not None:
+            return True
+        return self.checked[rowid]
+
+    def scoped(self) -> Ranked:
         """The exact statement's answer for a filter that keeps few rows, without scoring
         the rows it drops (that statement scores every match in the corpora to count df,
         which the index already holds). The kept rows are read first (through the
@@ -545,20 +526,20 @@ class _Run:
                                  prepare=False).fetchall()  # planned for the values
         if not rows:
             return []
-        self.checked.update((int(r), (item_id, True)) for r, item_id in rows)
+        self.checked.update((int(r), True) for (r,) in rows)
         postings = sum(int(p.counts.sum()) for p in self.plans)
         if len(rows) * SCOPED_POSTINGS_PER_ROW > postings:
-            self.kept = np.sort(np.array([int(r) for r, _ in rows], dtype=np.int64))
+            self.kept = np.sort(np.array([int(r) for (r,) in rows], dtype=np.int64))
             return self.run()
         scores = self._score(list(self.checked))
-        ranked = sorted(((self.checked[r][0], s) for r, s in scores.items()),
+        ranked = sorted(((r, s) for r, s in scores.items()),
                         key=lambda hit: (-hit[1], hit[0]))
         return ranked[: self.limit]
 
     def _finish(self, docs: topk.Ints, lower: topk.Floats, known: Any, held: Any,
-                limit: int, also: topk.Ints | None = None) -> ScoredIds:
-        """Exact scores of the candidates; the best `limit`, ties by id (the ids of the
-        documents `also` fetched with theirs)."""
+                limit: int, also: topk.Ints | None = None) -> Ranked:
+        """Exact scores of the candidates; the best `limit` passing the filters, ties by
+        rowid (`also`: documents checked against the filters with them)."""
         scores = dict(zip((int(r) for r in docs), (float(x) for x in lower), strict=True))
         unsure = [int(r) for r in docs[~known]]
         if unsure:
@@ -572,13 +553,9 @@ class _Run:
                     scores[r] = scores[r] + found[r] if partial else found[r]
                 elif not (partial and held_by[r]):  # held none of the query's terms
                     del scores[r]
-        if self.excluded is not None and len(scores) > limit:
-            # All pass: only the best `limit` (and ties at the cut, broken by id) need ids.
-            cut = sorted(scores.values(), reverse=True)[limit - 1]
-            scores = {r: s for r, s in scores.items() if s >= cut}
         self._check([*scores, *(int(r) for r in (() if also is None else also))])
-        ranked = sorted(((self.checked[r][0], s) for r, s in scores.items()
-                         if self.checked[r][1]), key=lambda hit: (-hit[1], hit[0]))
+        ranked = sorted(((r, s) for r, s in scores.items() if self._passes(r)),
+                        key=lambda hit: (-hit[1], hit[0]))
         return ranked[: limit]
 
     def _score(self, rowids: list[int], *, phrases_only: bool = False) -> dict[int, float]:

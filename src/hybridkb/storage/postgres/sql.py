@@ -43,6 +43,8 @@ SELECT_ITEMS = sql.SQL("SELECT {} FROM items WHERE id = ANY(%s)").format(_READ_C
 SELECT_LIVE_ITEMS = sql.SQL(
     "SELECT {} FROM items WHERE id = ANY(%s) AND (expires_at IS NULL OR expires_at > %s)"
 ).format(_READ_COLUMNS)
+SELECT_ITEMS_BY_ROWID = sql.SQL(
+    "SELECT rowid, {} FROM items WHERE rowid = ANY(%s)").format(_READ_COLUMNS)
 SELECT_ITEMS_AFTER = sql.SQL(
     "SELECT rowid, {} FROM items WHERE rowid > %s ORDER BY rowid LIMIT %s").format(_READ_COLUMNS)
 
@@ -266,7 +268,7 @@ def terms_cte(terms: str) -> str:
 _BM25 = "WITH " + terms_cte("unnest(%s::text[]) WITH ORDINALITY") + """,
 m AS MATERIALIZED (
     -- `|| ''` detoasts each tsvector once here rather than once per term below.
-    SELECT i.rowid, i.id, i.tsv || ''::tsvector AS tsv, length(i.tsv) AS dl, {ok} AS ok
+    SELECT i.rowid, i.tsv || ''::tsvector AS tsv, length(i.tsv) AS dl, {ok} AS ok
     FROM items i
     WHERE {in_corpora} AND i.tsv @@ ({query})
 ),
@@ -280,21 +282,21 @@ s AS (
            greatest(coalesce(sum(total_len)::float8 / nullif(sum(n_docs), 0), 1), 1) AS avgdl
     FROM corpus_stats WHERE {stats_in_corpora}
 )
-SELECT m.id, sum(
+SELECT m.rowid, sum(
     ln(1 + (greatest(s.n, d.df) - d.df + 0.5) / (d.df + 0.5))
     * f.tf * ({k1} + 1) / (f.tf + {k1} * (1 - {b} + {b} * m.dl / s.avgdl))) AS score
 FROM f JOIN d USING (ord) JOIN m USING (rowid) CROSS JOIN s
 WHERE m.ok AND f.n > 0
-GROUP BY m.rowid, m.id
-ORDER BY score DESC, m.id
+GROUP BY m.rowid
+ORDER BY score DESC, m.rowid
 LIMIT %s
 """
 
 _TS_RANK = """
-SELECT i.id, {function}(i.tsv, q.q, {normalization}) AS score
+SELECT i.rowid, {function}(i.tsv, q.q, {normalization}) AS score
 FROM items i, (SELECT {query} AS q) AS q
 WHERE i.tsv @@ q.q AND {filters}
-ORDER BY score DESC, i.id
+ORDER BY score DESC, i.rowid
 LIMIT %s
 """
 
@@ -338,8 +340,8 @@ def substring_search(
         [sql.SQL("(strpos(lower(i.text), %s) > 0)::int "
                  "+ (strpos(lower(coalesce(i.title, '')), %s) > 0)::int")] * len(words))
     statement = sql.SQL(
-        "SELECT id, s FROM (SELECT i.id, {hits} AS s FROM items i WHERE {where}) AS x "
-        "WHERE s > 0 ORDER BY s DESC, id LIMIT %s").format(hits=hits, where=where)
+        "SELECT rowid, s FROM (SELECT i.rowid, i.id, {hits} AS s FROM items i WHERE {where}) "
+        "AS x WHERE s > 0 ORDER BY s DESC, id LIMIT %s").format(hits=hits, where=where)
     return statement, [*(w for w in words for _ in (0, 1)), *params, limit]
 
 
@@ -352,13 +354,13 @@ def substring_search(
 # order of its own distance; they are re-sorted by the exact score, ties by rowid as SQLite.
 _KNN = """
 WITH r AS MATERIALIZED (
-    SELECT i.rowid, i.id, v.embedding <#> %s AS nd
+    SELECT v.rowid, v.embedding <#> %s AS nd
     FROM item_vectors v JOIN items i ON i.rowid = v.rowid
     WHERE {filters}
     ORDER BY {order}
     LIMIT %s
 )
-SELECT id, -nd FROM r ORDER BY nd, rowid
+SELECT rowid, -nd FROM r ORDER BY nd, rowid
 """
 
 
@@ -371,7 +373,7 @@ def knn_order(dim: int, column: str = "embedding") -> sql.Composed:
 
 # No index orders by `<#>` (it is cosine), so this is an exact scan of the filtered rows.
 _EXACT = """
-SELECT i.id, -(v.embedding <#> %s)
+SELECT v.rowid, -(v.embedding <#> %s)
 FROM item_vectors v JOIN items i ON i.rowid = v.rowid
 WHERE {filters}
 ORDER BY (v.embedding <#> %s) + 0, i.rowid
@@ -381,7 +383,7 @@ LIMIT %s
 
 def vector_search(query: Vector, area: SearchArea, limit: int, *,
                   exact: bool) -> tuple[sql.Composed, list[Any]]:
-    """KNN by cosine: (id, similarity) best first; relaxed-order results are re-sorted."""
+    """KNN by cosine: (rowid, similarity) best first; relaxed-order results are re-sorted."""
     # Containment and path prefixes in the KNN statement too: with the JSON equality the
     # planner guessed a filter keeping 17.6% of 100,000 items at 2%, and sorted every
     # kept row (290 ms) instead of scanning the vector index.
