@@ -395,9 +395,9 @@ def test_length_bounds_hold() -> None:
 
 
 def test_searches_see_other_connections_writes(pg_url: str) -> None:
-    """Item ids kept across searches (fulltext.IdCache) never outlive the rows: another
-    connection's delete, insert, and emptying of the items table with its identity
-    restarted (rowids given again to other items) show in the next search."""
+    """Another connection's delete, insert, and emptying of the items table with its
+    identity restarted (rowids given again to other items) show in the next search: the
+    rowids a search names its hits by are read back as the items they are now."""
     area = SearchArea(corpora=("c",), filters=Filters(), now=time.time())
     reader = hybridkb.open(pg_url, embedder=None)
     writer = hybridkb.open(pg_url, embedder=None)
