@@ -72,7 +72,8 @@ def _recall(kb: hybridkb.KnowledgeBase, data: BenchData, vectors: Any, items: li
         for qv in data.query_vectors[:queries]:
             scores = vectors[keep] @ qv
             exact = set(ids[keep][np.argpartition(-scores, LIMIT)[:LIMIT]])
-            got = {r[0] for r in kb.backend.vector_search(qv, area, LIMIT)}
+            keys = [k for k, _ in kb.backend.vector_search(qv, area, LIMIT)]
+            got = {item.id for item in kb.backend.items_by_key(keys).values()}  # keys: rowids
             hit.append(len(exact & got) / LIMIT)
         out[name] = float(np.mean(hit))
     return out
