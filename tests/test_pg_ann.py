@@ -204,3 +204,38 @@ def test_vectors_past_halfvec_s_limit_are_searched_exactly(pg_url: str, dim: int
         area = SearchArea(corpora=None, filters=Filters(), now=time.time())
         assert named(kb.backend, kb.backend.vector_search(rows[7], area, 1))[0][0] == "v7"
         assert kb.backend.integrity_problems() == []
+
+
+def test_filtered_probes_grow_as_the_filter_keeps_less() -> None:
+    assert ann.filtered_probes(32, None) == 32  # no filter beyond corpus, expiry, staleness
+    assert ann.filtered_probes(32, (1_000_000, 1_000_000)) == 32
+    assert ann.filtered_probes(32, (410_000, 1_000_000)) == 191  # ceil(32 / 0.41**2)
+    assert ann.filtered_probes(32, (200_000, 1_000_000)) == 32 * ann.FILTERED_PROBES_MAX
+    assert ann.filtered_probes(32, (0, 1_000_000)) == 32 * ann.FILTERED_PROBES_MAX
+
+
+def test_a_broad_filter_probes_more_lists(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A filter keeping half the rows searches the index with more probes than measured
+    for unfiltered queries: its nearest rows lie in lists farther away."""
+    from hybridkb.storage.postgres.backend import PostgresBackend
+
+    vectors = _clustered(1200)
+    items = [{**item, "metadata": {"half": k % 2}} for k, item in enumerate(_items(vectors))]
+    used: list[int] = []
+    real = PostgresBackend._knn
+
+    def spy(conn: object, query: object, area: object, limit: int, probes: int,
+            explain: bool = False) -> object:
+        used.append(probes)
+        return real(conn, query, area, limit, probes, explain)  # type: ignore[arg-type]
+
+    with hybridkb.open(pg_url, embedder=None, vector_index_min_rows=1000) as kb:
+        kb.add_many(items, batch_size=1200)
+        measured = int(_meta(pg_url, ann.META_PROBES) or 0)
+        monkeypatch.setattr(PostgresBackend, "_knn", staticmethod(spy))
+        everywhere = SearchArea(corpora=None, filters=Filters(), now=time.time())
+        half = SearchArea(corpora=None, filters=Filters(metadata=(("half", (1,)),)), now=time.time())
+        kb.backend.vector_search(vectors[5], everywhere, 10)
+        hits = named(kb.backend, kb.backend.vector_search(vectors[7], half, 10))
+    assert measured > 0 and used[0] == measured and used[1] > measured
+    assert len(hits) == 10 and all(int(i[1:]) % 2 == 1 for i, _ in hits)

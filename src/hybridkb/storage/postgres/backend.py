@@ -536,13 +536,13 @@ class PostgresBackend:
             query = codec.query(vector, dim)
             if query is None or not np.any(query):  # a zero vector has no cosine
                 return []
-            selective = not selectivity.keeps_many(conn, area, self.filtered_exact_rows, limit)
+            estimated = selectivity.estimate(conn, area) if probes is not None else None
+            selective = not selectivity.many(estimated, self.filtered_exact_rows, limit)
             if probes is None or selective:
-                # A small store, or a filter that keeps few rows: the exact scan is the fast
-                # plan (and exact; ties fall as SQLite's).
+                # A small store or a filter keeping few rows: an exact scan is faster, exact.
                 statement, params = q.vector_search(query, area, limit, exact=True)
                 return conn.execute(statement, params, prepare=False).fetchall()
-            rows = self._knn(conn, query, area, limit, probes)
+            rows = self._knn(conn, query, area, limit, ann.filtered_probes(probes, estimated))
             if len(rows) < limit:
                 # The lists probed held fewer rows that pass the filter than asked for:
                 # answer exactly instead, so `limit` rows come back whenever they exist.

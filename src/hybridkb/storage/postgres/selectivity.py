@@ -40,7 +40,24 @@ def keeps_many(conn: Connection[Any], area: SearchArea, min_rows: int | None,
     """Whether the filters keep at least `min_rows` rows (None: most_kept_rows; 0: always)
     or BROAD_SHARE of the store (also when they filter by nothing but corpus, expiry and
     staleness): else full-text search scores only the rows they keep and vector search
-    scans them exactly.
+    scans them exactly."""
+    if min_rows is not None and min_rows <= 0:
+        return True
+    return many(estimate(conn, area), min_rows, depth)
+
+
+def many(estimated: tuple[float, float] | None, min_rows: int | None, depth: int = 300) -> bool:
+    """keeps_many on an `estimate` already made."""
+    if estimated is None or (min_rows is not None and min_rows <= 0):
+        return True
+    rows, total = estimated
+    most = most_kept_rows(total, depth) if min_rows is None else float(min_rows)
+    return rows >= most or rows / total >= BROAD_SHARE
+
+
+def estimate(conn: Connection[Any], area: SearchArea) -> tuple[float, float] | None:
+    """The rows the filters keep and the store's items, or None when they filter by
+    nothing but corpus, expiry and staleness.
     Counted by the planner's estimate of the conditions an index finds rows through: the
     columns, and each metadata (or language) filter as containment, which the planner
     estimates from the column's statistics and the GIN index on metadata serves. Not the
@@ -48,8 +65,6 @@ def keeps_many(conn: Connection[Any], area: SearchArea, min_rows: int | None,
     filter keeping 59% of a million items count as selective (an exact scan: 5 s). Path
     patterns count by their literal prefixes (the index on metadata.path); one that
     matches a name at any depth (`*.md`) counts as keeping every row."""
-    if min_rows is not None and min_rows <= 0:
-        return True
     f = area.filters
     indexed = replace(f, metadata=(), paths=None, languages=None)
     contained = [c for key, values in (*f.metadata, *([("language", f.languages)]
@@ -58,7 +73,7 @@ def keeps_many(conn: Connection[Any], area: SearchArea, min_rows: int | None,
     if f.paths and (prefixed := q.path_prefixes("i", f.paths)) is not None:
         contained.append(prefixed)
     if not (indexed.needs_row_filter or contained):
-        return True
+        return None
     where, params = q.filter_sql(replace(area, filters=indexed))
     for clause, values in contained:
         where = sql.SQL("{} AND {}").format(where, sql.SQL(clause))
@@ -68,6 +83,4 @@ def keeps_many(conn: Connection[Any], area: SearchArea, min_rows: int | None,
         params).fetchone()
     rows = float(plan[0][0]["Plan"]["Plan Rows"]) if plan else 0.0
     found = conn.execute(q.STORE_ITEMS).fetchone()
-    total = max(1.0, float(found[0]) if found else 1.0)
-    most = most_kept_rows(total, depth) if min_rows is None else float(min_rows)
-    return rows >= most or rows / total >= BROAD_SHARE
+    return rows, max(1.0, float(found[0]) if found else 1.0)
