@@ -495,10 +495,16 @@ class _Run:
         passing[top] = possible[top] = [self.checked[int(r)] for r in docs[top]]
         return passing, possible
 
+    @property
+    def _sets_known(self) -> bool:
+        """Whether the filters are known as sets of rowids (the excluded ones, or the kept
+        ones: `_passing`), so that no document is checked row by row."""
+        return self.excluded is not None or self.kept is not None
+
     def _check(self, rowids: Sequence[int] | topk.Ints) -> None:
         """Check these documents against the filters, row by row (those not checked yet;
-        none when the filters are known otherwise: `_passes`)."""
-        if self.excluded is not None or self.kept is not None:
+        none when `_sets_known`)."""
+        if self._sets_known:
             return
         todo = [int(r) for r in rowids if int(r) not in self.checked]
         if todo:
@@ -510,7 +516,7 @@ class _Run:
     def _passes(self, rowid: int) -> bool:
         """Whether a candidate may be returned: with the excluded set (or the kept rows)
         known, every candidate is outside it (inside them: _passing); else as checked."""
-        if self.excluded is not None or self.kept is not None:
+        if self._sets_known:
             return True
         return self.checked[rowid]
 
