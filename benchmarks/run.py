@@ -185,8 +185,9 @@ def run_size(options: Options, data: BenchData, model: Embedder, n: int, log: Lo
         out["serve"] = _serve(options, data, store, vectors, exact, n)
 
     kb = hybridkb.open(store, embedder=embedder, sample_queries=False)
+    vec0 = _vec0_store(store, int(kb.backend.vector_dim() or 0))  # the previous path's table
     try:
-        out["cold"] = _cold(options, kb, store, data, n)
+        out["cold"] = _cold(options, kb, store, vec0, data, n)
         log(f"queries: {len(data.queries)} per mode after {options.warmup} warm-up")
         out["latency"], floor = _latency(options, kb, embedder, data, bm25, exact, fts5, ids)
         if options.whatif:
@@ -198,7 +199,7 @@ def run_size(options: Options, data: BenchData, model: Embedder, n: int, log: Lo
                 vectors, data.query_vectors, exact, k=options.limit)
         if options.vec0:
             log("sqlite-vec vec0 KNN on the same store")
-            out["vec0"] = _vec0(options, store, data, exact, ids)
+            out["vec0"] = _vec0(options, store, vec0, data, exact, ids)
         if options.profile:
             log("stage breakdown and cProfile")
             out["stages"] = {mode: stages.stage_breakdown(kb, data.queries, mode=mode,
@@ -216,6 +217,7 @@ def run_size(options: Options, data: BenchData, model: Embedder, n: int, log: Lo
     rss["process_peak_mb"] = peak_rss_mb()
     out["rss"] = rss
     out["load_average_end"] = list(os.getloadavg())
+    vec0.unlink(missing_ok=True)
     if not options.keep_stores:
         remove_store(store)
     _summary(out, log)
@@ -245,8 +247,28 @@ def _serve(options: Options, data: BenchData, store: Path, vectors: np.ndarray[A
     return served
 
 
-def _cold(options: Options, kb: hybridkb.KnowledgeBase, store: Path, data: BenchData,
-          n: int) -> dict[str, Any]:
+def _vec0_store(store: Path, dim: int) -> Path:
+    """The store's vectors copied into a sqlite-vec `vec0` table of a file beside it: where
+    the store kept them until its migration 009, for the previous path's figures."""
+    path = store.with_name(store.name + ".vec0.db")
+    path.unlink(missing_ok=True)
+    conn = sqlite_driver.connect(str(path), timeout=30.0)
+    try:
+        conn.execute("ATTACH DATABASE ? AS store", (str(store),))
+        conn.execute(f"CREATE VIRTUAL TABLE vec_items USING vec0 (embedding float[{dim}] "
+                     "distance_metric=cosine)")
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO vec_items (rowid, embedding) "
+                     "SELECT rowid, embedding FROM store.vec_items ORDER BY rowid")
+        conn.execute("COMMIT")
+        conn.execute("DETACH DATABASE store")
+    finally:
+        conn.close()
+    return path
+
+
+def _cold(options: Options, kb: hybridkb.KnowledgeBase, store: Path, vec0: Path,
+          data: BenchData, n: int) -> dict[str, Any]:
     """Open + first hybrid query on fresh handles (three times; the indexes exist, the
     files are in the OS page cache), beside the previous path's cold cost: reading every
     vector out of the vec0 table into a matrix before the first vector answer."""
@@ -263,7 +285,7 @@ def _cold(options: Options, kb: hybridkb.KnowledgeBase, store: Path, data: Bench
     runs = [clock(open_and_query)[1] for _ in range(3)]
 
     def read_vec0() -> None:
-        conn = sqlite_driver.connect(str(store), timeout=30.0)
+        conn = sqlite_driver.connect(str(vec0), timeout=30.0)
         try:
             blobs = [r[0] for r in conn.execute("SELECT embedding FROM vec_items")]
             np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(-1, dim)
@@ -390,11 +412,12 @@ def _latency(options: Options, kb: hybridkb.KnowledgeBase, embedder: BenchEmbedd
     return figures, col["numpy+bm25s"]
 
 
-def _vec0(options: Options, store: Path, data: BenchData, exact: NumpyExact,
+def _vec0(options: Options, store: Path, vec0: Path, data: BenchData, exact: NumpyExact,
           ids: Sequence[str]) -> dict[str, Any]:
     """sqlite-vec's own brute-force KNN over the same vectors (k = limit), beside numpy."""
-    conn = sqlite_driver.connect(str(store), timeout=30.0)
+    conn = sqlite_driver.connect(str(vec0), timeout=30.0)
     try:
+        conn.execute("ATTACH DATABASE ? AS store", (str(store),))
         rowid_to_index = {rowid: i for i, rowid in enumerate(_rowids(conn, ids))}
         k = options.limit
         pairs = list(zip(data.queries, data.query_vectors, strict=True))

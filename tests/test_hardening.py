@@ -372,7 +372,7 @@ def _damage(path: Path, table: str) -> int:
     return len(middle)
 
 
-@pytest.mark.parametrize("table", ["items_fts_data", "items", "vec_items_rowids"])
+@pytest.mark.parametrize("table", ["items_fts_data", "items", "vec_items"])
 def test_a_damaged_file_is_named_and_refuses_writes(tmp_path: Path, table: str) -> None:
     path = tmp_path / "kb.db"
     with hybridkb.open(path, embedder=HashingEmbedder(16)) as kb:

@@ -185,6 +185,12 @@ def calibrate(columns: Words, center: npt.NDArray[np.float32], matrix: Any, prob
             picks = closest(dist, rescore)
             scores = dot_rows(matrix[picks], q)
             hits[i, j] = vector_recall.hit_share(scores, bar, wanted)
+            if hits[i, j] >= 1.0:
+                # A deeper rung's picks hold this one's (closest keeps the nearer rows and
+                # the lower-position ties): it finds them all too, and gathering its rows
+                # from the matrix was most of a build's measurement.
+                hits[i + 1:, j] = 1.0
+                break
     for rescore, per_query in zip(rungs, hits, strict=True):
         if vector_recall.holds(per_query, target, sampled=probe.sampled):
             return CodeCalibration(rescore, round(float(per_query.mean()), 4),

@@ -1,6 +1,6 @@
 """The embedded dialect: one SQLite file, the system of record, with derived indexes beside it.
 
-Items and their vectors (a sqlite-vec `vec0` table) are written in one transaction;
+Items and their vectors (float32 blobs by rowid) are written in one transaction;
 triggers number every committed write in the `changes` log (migration 004). BM25 runs
 on a tantivy index in `<file>.idx/text/` that catches up from that log before each
 search, and vectors on a memory-mapped base generation (an HNSW graph past a size) plus
@@ -26,13 +26,13 @@ from ...textquery import TextQuery
 from .. import asked, codec, records
 from ..contract import Key, ScoredKeys, SearchArea, Vector
 from ..indexes.sync import TextIndexSync
-from ..indexes.text_schema import TextDoc, title_repeat
+from ..indexes.text_schema import title_repeat
 from ..indexes.vector_base import Wanted
 from ..indexes.vectors import ANN_MODES, VectorIndexSync, knn
 from ..records import DEFAULT_BM25_WEIGHTS, META_PENDING_VECTOR_DIM, META_VECTOR_DIM
 from . import driver as sqlite_driver
 from . import maintenance
-from .changes import DOC_COLUMNS, SQLiteChanges, doc_of_item, prune_passed, text_doc
+from .changes import SQLiteChanges, prune_passed
 from .filters import filter_sql
 from .reads import Memo
 from .tables import SET_META as _SET_META
@@ -40,6 +40,7 @@ from .tables import Tables as _Tables
 from .tables import chunks as _chunks
 from .tables import create_vectors as _create_vectors
 from .tables import marks as _marks
+from .writes import write_rows
 
 __all__ = ["BUSY_TIMEOUT_S", "DEFAULT_BM25_WEIGHTS", "SQLiteBackend", "filter_sql", "open_sqlite"]
 
@@ -264,35 +265,13 @@ class SQLiteBackend:
         *, replace: bool,
     ) -> None:
         dim = self.vector_dim()
-        conflict = records.ON_CONFLICT_REPLACE if replace else ""
         feeding = self._text.is_feeding()  # a bulk write: the batch goes to the text index too
-        # A replaced row keeps some stored values (created_at...): its document is read back.
-        # An inserted row holds what the item says.
-        sql = (f"INSERT INTO items ({', '.join(records.WRITE_COLUMNS)}) "
-               f"VALUES ({_marks(len(records.WRITE_COLUMNS))}) {conflict} RETURNING embedded_hash, "
-               + (DOC_COLUMNS if feeding and replace else "rowid"))
-        docs: list[TextDoc] = []
-        vector_rows: list[tuple[int, bytes]] = []
-        dropped: list[int] = []  # rows whose old vector goes (a new row has none)
         try:
             with self._write() as conn:
                 self._prune_log(conn)
                 first_seq = self._log_head(conn)
-                for item, vec, chash in zip(items, vectors, content_hashes, strict=True):
-                    kept_hash, *row = conn.execute(
-                        sql, records.write_values(item, chash, with_vector=vec is not None)).fetchone()
-                    rowid = row[0]
-                    if vec is not None:
-                        codec.check_dim(vec, dim, label=f"item {item.id!r}: vector")
-                        vector_rows.append((rowid, codec.to_blob(vec)))
-                    if replace and dim is not None and (vec is not None or kept_hash is None):
-                        dropped.append(rowid)
-                    if feeding:
-                        docs.append(text_doc(row) if replace else doc_of_item(rowid, item))
-                for chunk in _chunks(dropped):
-                    conn.execute(f"DELETE FROM vec_items WHERE rowid IN ({_marks(len(chunk))})", chunk)
-                if vector_rows:
-                    conn.executemany("INSERT INTO vec_items (rowid, embedding) VALUES (?, ?)", vector_rows)
+                docs = write_rows(conn, items, vectors, content_hashes, replace=replace, dim=dim,
+                                  feeding=feeding)
                 last_seq = self._log_head(conn)
         except (UnicodeEncodeError, OverflowError) as exc:
             raise InvalidInputError(f"a value cannot be stored: {exc}") from exc

@@ -143,7 +143,7 @@ class SQLiteChanges:
 
     def vectors(self, rowids: Sequence[int], dim: int) -> Batch:
         """The rows of `rowids` that have a vector, ascending, with their filter attributes.
-        Items drive the join, so vec0 is asked one rowid at a time (its index), never scanned."""
+        Items drive the join: the vectors are read by rowid."""
         wanted = sorted({int(r) for r in rowids})
         rows: list[Any] = []
         for chunk in chunks(wanted):
@@ -170,8 +170,8 @@ class SQLiteChanges:
         return int(self._read("SELECT count(*) FROM items WHERE embedded_hash IS NOT NULL", ())[0][0])
 
 
-# Items drive the scan (CROSS JOIN keeps them outer): rowid order comes free and vec0 is
-# only asked for one rowid at a time.
+# Items drive the scan (CROSS JOIN keeps them outer): rowid order comes free, and the
+# vectors are looked up by rowid in the same order (their pages read in sequence).
 _VECTOR_ROW = ("SELECT i.rowid, v.embedding, i.corpus, i.expires_at, i.stale "
                "FROM items i CROSS JOIN vec_items v ON v.rowid = i.rowid")
 

@@ -1,5 +1,8 @@
 """SQLite connection handling: the sqlite3 module able to load sqlite-vec, and migrations.
 
+sqlite-vec is loaded for stores made before migration 009, whose vectors were in a `vec0`
+table that only the extension can read and drop (the migration moves them to a plain one).
+
 The stdlib module when it can load extensions; otherwise `sqlean.py`, a
 drop-in sqlite3 with extension loading (pyenv builds lack it).
 """
@@ -10,12 +13,14 @@ import functools
 import re
 import sqlite3 as _stdlib
 import time
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 from ... import textquery
 from ...errors import BackendUnavailableError, StoreError
 from .. import migrations
+from . import tables
 
 _driver: ModuleType | None = None
 
@@ -107,6 +112,10 @@ def integrity_error() -> type[Exception]:
     return error
 
 
+# Migrations whose work depends on what the store holds: run after the file of that name.
+_PYTHON_STEPS: dict[str, Callable[[Any], object]] = {"009_plain_vectors": tables.plain_vectors}
+
+
 def migrate(conn: Any) -> str | None:
     """Apply the pending migrations, each recorded by name, inside the caller's transaction.
 
@@ -124,6 +133,8 @@ def migrate(conn: Any) -> str | None:
             continue
         for statement in split_sql(sql):
             conn.execute(statement)
+        if name in _PYTHON_STEPS:
+            _PYTHON_STEPS[name](conn)
         conn.execute("INSERT INTO schema_migrations (name) VALUES (?)", (name,))
     return None
 

@@ -27,7 +27,6 @@ def integrity_problems(read: Read, vector_dim: int | None) -> list[str]:
         problems.append(f"sqlite: the integrity check cannot run: {_cause(exc)}")
     checks: list[tuple[str, str]] = []
     if vector_dim is not None:
-        # vec0 answers one rowid lookup at a time: a set membership test is faster.
         checks += records.vector_checks("vec_items", "i.rowid IN (SELECT rowid FROM vec_items)")
     for label, sql in checks:
         try:
@@ -62,7 +61,7 @@ def repair(conn: Any, vector_dim: int | None, problems: Sequence[str], create_ve
                                "AND rowid NOT IN (SELECT rowid FROM vec_items)").rowcount
         done.append(f"vectors: dropped {orphans} without an item and {foreign} of items not marked "
                     f"embedded; {missing} items without a vector marked for embedding")
-    except Exception as exc:  # the vec0 tables themselves may be damaged
+    except Exception as exc:  # the vector table itself may be damaged
         recreated = _step(conn, done, "recreated the vector table empty (it could not be read: "
                           f"{exc}) and marked every item for embedding",
                           "DROP TABLE IF EXISTS vec_items", create_vectors,

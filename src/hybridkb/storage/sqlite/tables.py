@@ -26,8 +26,28 @@ def chunks(seq: Sequence[Any], size: int = MAX_VARS) -> Iterator[Sequence[Any]]:
         yield seq[i : i + size]
 
 
-def create_vectors(dim: int) -> str:
-    return f"CREATE VIRTUAL TABLE vec_items USING vec0 (embedding float[{int(dim)}] distance_metric=cosine)"
+def create_vectors(dim: int, name: str = "vec_items") -> str:
+    """The vector table: each vector's float32 bytes by its item's rowid, their length checked
+    (until migration 009 a sqlite-vec `vec0` table)."""
+    return (f"CREATE TABLE {name} (rowid INTEGER PRIMARY KEY, "
+            f"embedding BLOB NOT NULL CHECK (length(embedding) = {4 * int(dim)}))")
+
+
+def plain_vectors(conn: Any) -> bool:
+    """Migration 009, inside the caller's transaction: a `vec0` vector table becomes a plain
+    one with the same rowids and bytes. Returns whether there was one to move."""
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'vec_items'").fetchone()
+    if row is None or not str(row[0]).upper().startswith("CREATE VIRTUAL TABLE"):
+        return False
+    dims = conn.execute("SELECT value FROM meta WHERE key = ?", (records.META_VECTOR_DIM,)).fetchone()
+    dim = int(dims[0]) if dims else len(conn.execute(
+        "SELECT embedding FROM vec_items LIMIT 1").fetchone()[0]) // 4
+    conn.execute(create_vectors(dim, "vec_items_moved"))
+    conn.execute("INSERT INTO vec_items_moved (rowid, embedding) "
+                 "SELECT rowid, embedding FROM vec_items ORDER BY rowid")
+    conn.execute("DROP TABLE vec_items")
+    conn.execute("ALTER TABLE vec_items_moved RENAME TO vec_items")
+    return True
 
 
 class Tables:

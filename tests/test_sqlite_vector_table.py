@@ -1,0 +1,98 @@
+"""SQLite keeps vectors in a plain table of float32 blobs by rowid (migration 009); stores
+made before it, with a sqlite-vec `vec0` table, are moved over when opened."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hybridkb
+from hybridkb import HashingEmbedder
+from hybridkb.storage.sqlite import driver
+
+DIM = 16
+
+
+def _items(n: int) -> list[dict[str, object]]:
+    rng = np.random.default_rng(7)
+    return [{"id": f"i{i}", "text": f"item {i} about topic {i % 7}",
+             "vector": rng.standard_normal(DIM).astype(np.float32)} for i in range(n)]
+
+
+def _vectors(path: Path) -> dict[int, bytes]:
+    conn = driver.connect(str(path), timeout=5)
+    try:
+        return dict(conn.execute("SELECT rowid, embedding FROM vec_items ORDER BY rowid"))
+    finally:
+        conn.close()
+
+
+def _table_sql(path: Path) -> str:
+    conn = driver.connect(str(path), timeout=5)
+    try:
+        return str(conn.execute("SELECT sql FROM sqlite_master WHERE name = 'vec_items'").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_vectors_are_stored_as_given_and_a_wrong_length_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "kb.db"
+    items = _items(20)
+    with hybridkb.open(path, embedder=HashingEmbedder(DIM)) as kb:
+        kb.add_many(items)
+    assert not _table_sql(path).upper().startswith("CREATE VIRTUAL")
+    stored = _vectors(path)
+    assert len(stored) == 20
+    for blob, item in zip(stored.values(), items, strict=True):
+        vec = np.asarray(item["vector"], dtype=np.float32)
+        assert np.allclose(np.frombuffer(blob, dtype=np.float32), vec / np.linalg.norm(vec), atol=1e-6)
+    conn = driver.connect(str(path), timeout=5)
+    try:
+        with pytest.raises(driver.integrity_error(), match="CHECK"):
+            conn.execute("INSERT INTO vec_items (rowid, embedding) VALUES (999, ?)", (b"\0" * 12,))
+    finally:
+        conn.close()
+
+
+def _to_vec0(path: Path) -> None:
+    """Rewrite a store as hybridkb made it before migration 009: vectors in vec0."""
+    conn = driver.connect(str(path), timeout=5)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(f"CREATE VIRTUAL TABLE old_vectors USING vec0 (embedding float[{DIM}] "
+                     "distance_metric=cosine)")
+        conn.execute("INSERT INTO old_vectors (rowid, embedding) SELECT rowid, embedding FROM vec_items")
+        conn.execute("DROP TABLE vec_items")
+        conn.execute(f"CREATE VIRTUAL TABLE vec_items USING vec0 (embedding float[{DIM}] "
+                     "distance_metric=cosine)")
+        conn.execute("INSERT INTO vec_items (rowid, embedding) SELECT rowid, embedding FROM old_vectors")
+        conn.execute("DROP TABLE old_vectors")
+        conn.execute("DELETE FROM schema_migrations WHERE name = '009_plain_vectors'")
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def test_a_store_with_a_vec0_table_is_moved_to_the_plain_table(tmp_path: Path) -> None:
+    path = tmp_path / "kb.db"
+    items = _items(40)
+    with hybridkb.open(path, embedder=HashingEmbedder(DIM)) as kb:
+        kb.add_many(items)
+        before = [h.id for h in kb.search("item 3 topic", mode="vector", limit=5).hits]
+    assert len(before) == 5
+    vectors = _vectors(path)
+    _to_vec0(path)
+    assert _table_sql(path).upper().startswith("CREATE VIRTUAL")
+    assert _vectors(path) == vectors
+
+    with hybridkb.open(path, embedder=HashingEmbedder(DIM)) as kb:
+        assert kb.backend.newer_schema is None
+        assert kb.check()["ok"]
+        assert [h.id for h in kb.search("item 3 topic", mode="vector", limit=5).hits] == before
+        kb.add("written after the move", id="new", vector=np.ones(DIM, dtype=np.float32))
+        assert kb.get("new") is not None
+    assert not _table_sql(path).upper().startswith("CREATE VIRTUAL")
+    moved = _vectors(path)
+    assert {k: moved[k] for k in vectors} == vectors and len(moved) == len(vectors) + 1
