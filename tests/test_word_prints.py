@@ -4,6 +4,7 @@ was about a millisecond of a first-time search at 100k items)."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import psycopg
@@ -38,6 +39,23 @@ def test_word_print_is_stable_and_ignores_order_case_and_punctuation() -> None:
     assert dedup.word_print("Three, two one! one") == dedup.word_print("one two three")
     assert dedup.word_print("one two") != dedup.word_print("one two three")
     assert dedup.word_print("日本語 テキスト") == dedup.word_print("テキスト 日本語")
+
+
+def _print_of_tokens(text: str) -> int:
+    """The print's definition, from dedup.tokens: the hash of the sorted tokens joined."""
+    joined = "\x00".join(sorted(dedup.tokens(text))).encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(joined, digest_size=8).digest(), "little", signed=True)
+
+
+def test_word_print_is_the_hash_of_the_token_set_for_every_script() -> None:
+    # word_print splits bytes and only runs the regex on pieces holding non-ASCII bytes:
+    # each case below mixes ASCII separators with non-ASCII words or separators.
+    texts = ["", "  ", "plain ascii, with punctuation!", "İstanbul ıi Iİ", "naïve café’s “quote” — dash…",
+             "日本語のテキスト abc", "a\ud800b c", "x\u00a0y", "под_чёркивание 123 ΑΒΓ ß ẞ", "e\u0301cole",
+             "ﬁ ligature", "Σίσυφος ΌΣΟΣ", "😀 emoji😀word", "tab\there\nnew line", "a\u2019b a b"]
+    for text in texts:
+        assert dedup.word_print(text) == _print_of_tokens(text), text
+    assert dedup.word_print("don’t stop") == dedup.word_print("don t stop")
 
 
 def test_each_item_is_stored_with_its_word_print(kb: KnowledgeBase, target: str) -> None:
