@@ -1,6 +1,6 @@
 """The one vector codec: dtype, the dimension check, and each dialect's wire form.
 
-Vectors are float32 everywhere. sqlite-vec stores them as little-endian float32 blobs;
+Vectors are float32 everywhere. SQLite keeps them as little-endian float32 blobs;
 pgvector's psycopg adapter takes and returns numpy arrays. Every place that writes or
 reads a vector goes through here, so a vector of the wrong size is refused with the
 same error wherever it enters, and the byte layout is defined once.
@@ -18,7 +18,7 @@ import numpy.typing as npt
 from ..errors import DimensionMismatchError, InvalidInputError
 
 DTYPE = np.float32
-_BLOB_DTYPE = np.dtype("<f4")  # sqlite-vec's float[] layout
+_BLOB_DTYPE = np.dtype("<f4")  # sqlite-vec's float[] layout, kept by the SQLite store's vector table
 Vector = npt.NDArray[np.float32]
 
 
@@ -85,7 +85,7 @@ def query(vector: Any, dim: int) -> Vector | None:
     return q if bool(np.all(np.isfinite(q))) else None
 
 
-# -- sqlite-vec: little-endian float32 blobs -----------------------------------------------
+# -- SQLite: little-endian float32 blobs (sqlite-vec's layout) ---------------------------
 
 
 def to_blob(vector: Sequence[float] | Vector) -> bytes:
