@@ -3,7 +3,9 @@ made before it, with a sqlite-vec `vec0` table, are moved over when opened."""
 
 from __future__ import annotations
 
+from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,25 +23,21 @@ def _items(n: int) -> list[dict[str, object]]:
              "vector": rng.standard_normal(DIM).astype(np.float32)} for i in range(n)]
 
 
+def _rows(path: Path, sql: str) -> list[tuple[Any, ...]]:
+    with closing(driver.connect(str(path), timeout=5)) as conn:
+        return list(conn.execute(sql))
+
+
 def _vectors(path: Path) -> dict[int, bytes]:
-    conn = driver.connect(str(path), timeout=5)
-    try:
-        return dict(conn.execute("SELECT rowid, embedding FROM vec_items ORDER BY rowid"))
-    finally:
-        conn.close()
+    return dict(_rows(path, "SELECT rowid, embedding FROM vec_items ORDER BY rowid"))
 
 
 def _table_sql(path: Path) -> str:
-    conn = driver.connect(str(path), timeout=5)
-    try:
-        return str(conn.execute("SELECT sql FROM sqlite_master WHERE name = 'vec_items'").fetchone()[0])
-    finally:
-        conn.close()
+    return str(_rows(path, "SELECT sql FROM sqlite_master WHERE name = 'vec_items'")[0][0])
 
 
 def test_vectors_are_stored_as_given_and_a_wrong_length_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "kb.db"
-    items = _items(20)
+    path, items = tmp_path / "kb.db", _items(20)
     with hybridkb.open(path, embedder=HashingEmbedder(DIM)) as kb:
         kb.add_many(items)
     assert not _table_sql(path).upper().startswith("CREATE VIRTUAL")
@@ -48,18 +46,14 @@ def test_vectors_are_stored_as_given_and_a_wrong_length_is_refused(tmp_path: Pat
     for blob, item in zip(stored.values(), items, strict=True):
         vec = np.asarray(item["vector"], dtype=np.float32)
         assert np.allclose(np.frombuffer(blob, dtype=np.float32), vec / np.linalg.norm(vec), atol=1e-6)
-    conn = driver.connect(str(path), timeout=5)
-    try:
-        with pytest.raises(driver.integrity_error(), match="CHECK"):
-            conn.execute("INSERT INTO vec_items (rowid, embedding) VALUES (999, ?)", (b"\0" * 12,))
-    finally:
-        conn.close()
+    with closing(driver.connect(str(path), timeout=5)) as conn, \
+            pytest.raises(driver.integrity_error(), match="CHECK"):
+        conn.execute("INSERT INTO vec_items (rowid, embedding) VALUES (999, ?)", (b"\0" * 12,))
 
 
 def _to_vec0(path: Path) -> None:
     """Rewrite a store as hybridkb made it before migration 009: vectors in vec0."""
-    conn = driver.connect(str(path), timeout=5)
-    try:
+    with closing(driver.connect(str(path), timeout=5)) as conn:
         conn.execute("BEGIN IMMEDIATE")
         conn.execute(f"CREATE VIRTUAL TABLE old_vectors USING vec0 (embedding float[{DIM}] "
                      "distance_metric=cosine)")
@@ -71,13 +65,10 @@ def _to_vec0(path: Path) -> None:
         conn.execute("DROP TABLE old_vectors")
         conn.execute("DELETE FROM schema_migrations WHERE name = '009_plain_vectors'")
         conn.execute("COMMIT")
-    finally:
-        conn.close()
 
 
 def test_a_store_with_a_vec0_table_is_moved_to_the_plain_table(tmp_path: Path) -> None:
-    path = tmp_path / "kb.db"
-    items = _items(40)
+    path, items = tmp_path / "kb.db", _items(40)
     with hybridkb.open(path, embedder=HashingEmbedder(DIM)) as kb:
         kb.add_many(items)
         before = [h.id for h in kb.search("item 3 topic", mode="vector", limit=5).hits]
