@@ -87,3 +87,17 @@ def test_a_store_with_a_vec0_table_is_moved_to_the_plain_table(tmp_path: Path) -
     assert not _table_sql(path).upper().startswith("CREATE VIRTUAL")
     moved = _vectors(path)
     assert {k: moved[k] for k in vectors} == vectors and len(moved) == len(vectors) + 1
+
+
+def test_a_new_store_has_8k_pages_and_an_old_one_keeps_its_own(tmp_path: Path) -> None:
+    new, old = tmp_path / "new.db", tmp_path / "old.db"
+    with hybridkb.open(new, embedder=HashingEmbedder(DIM)) as kb:
+        kb.add_many(_items(5))
+    assert _rows(new, "PRAGMA page_size") == [(driver.PAGE_SIZE,)] and driver.PAGE_SIZE == 8192
+    with closing(driver.driver().connect(str(old))) as conn:  # made at SQLite's default size
+        conn.execute("CREATE TABLE t (x)")
+    assert _rows(old, "PRAGMA page_size") == [(4096,)]
+    with hybridkb.open(old, embedder=HashingEmbedder(DIM)) as kb:
+        kb.add_many(_items(5))
+        assert kb.count() == 5 and kb.check()["ok"]
+    assert _rows(old, "PRAGMA page_size") == [(4096,)]

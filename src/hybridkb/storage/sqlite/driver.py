@@ -65,6 +65,13 @@ def enable_wal(conn: Any, timeout: float) -> None:
             time.sleep(0.02)
 
 
+# A new store's page size. At SQLite's default 4 KB a page holds two 1,536-byte vectors of the
+# vector table (a quarter of it empty); at 8 KB, five. 100k benchmark items, two alternate
+# pairs: 4,365 -> 3,685 bytes an item, ingest 2,797 / 2,852 -> 2,976 / 2,996 items/s, first-time
+# searches no slower (docs/benchmarks.md, eleventh pass).
+PAGE_SIZE = 8192
+
+
 def connect(path: str, *, timeout: float) -> Any:
     """Open a connection with sqlite-vec loaded, in autocommit mode (we BEGIN ourselves)."""
     module = driver()
@@ -78,6 +85,8 @@ def connect(path: str, *, timeout: float) -> Any:
     except Exception as exc:
         conn.close()
         raise BackendUnavailableError(f"cannot load the sqlite-vec extension: {exc}") from exc
+    # Only a new, empty file takes it (an existing store keeps the size it was made with).
+    conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
     conn.create_function("regexp", 2, _regexp, deterministic=True)
     # What the FTS5 index of migration 002 read (004 drops it for tantivy): CJK runs as bigrams.
     conn.create_function("hybridkb_fts", 1, _fts_text, deterministic=True)
