@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -33,16 +34,18 @@ def create_vectors(dim: int, name: str = "vec_items") -> str:
             f"embedding BLOB NOT NULL CHECK (length(embedding) = {4 * int(dim)}))")
 
 
+_VEC0_DIM = re.compile(r"float\[(\d+)\]")  # the size a vec0 table was declared with
+
+
 def plain_vectors(conn: Any) -> bool:
     """Migration 009, inside the caller's transaction: a `vec0` vector table becomes a plain
     one with the same rowids and bytes. Returns whether there was one to move."""
     row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'vec_items'").fetchone()
-    if row is None or not str(row[0]).upper().startswith("CREATE VIRTUAL TABLE"):
+    sql = str(row[0]) if row is not None else ""
+    declared = _VEC0_DIM.search(sql)
+    if not sql.upper().startswith("CREATE VIRTUAL TABLE") or declared is None:
         return False
-    dims = conn.execute("SELECT value FROM meta WHERE key = ?", (records.META_VECTOR_DIM,)).fetchone()
-    dim = int(dims[0]) if dims else len(conn.execute(
-        "SELECT embedding FROM vec_items LIMIT 1").fetchone()[0]) // 4
-    conn.execute(create_vectors(dim, "vec_items_moved"))
+    conn.execute(create_vectors(int(declared.group(1)), "vec_items_moved"))
     conn.execute("INSERT INTO vec_items_moved (rowid, embedding) "
                  "SELECT rowid, embedding FROM vec_items ORDER BY rowid")
     conn.execute("DROP TABLE vec_items")
