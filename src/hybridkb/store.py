@@ -11,7 +11,7 @@ from dataclasses import replace as dc_replace
 from datetime import timedelta
 from typing import Any
 
-from . import pipeline, selection, validation
+from . import batches, pipeline, selection, validation
 from .embedding import Embedder, content_hash
 from .errors import EmbedderMismatchError, InvalidInputError, NotFoundError, StoreError
 from .model import (
@@ -162,23 +162,17 @@ class KnowledgeBase:
         if isinstance(items, Item | Mapping | str | bytes) or not isinstance(items, Iterable):
             raise InvalidInputError(f"items must be a list of items, not {type(items).__name__}")
         defer = validation.check_embed_mode(self.embed_mode if embed is None else embed) == "defer"
-        ids: list[str] = []
-        batch: list[tuple[Item, Vector | None]] = []
         dim = self._input_dim()  # asked once a batch, not once an item (a query each)
+
+        def read_dim() -> None:
+            nonlocal dim
+            dim = self._input_dim()
+
         with self.backend.bulk_writes():  # searchable by text when this returns
-            for raw in items:
-                batch.append(self._prepare(raw, dim))
-                if len(batch) >= batch_size:
-                    ids.extend(self._write_batch(batch, replace, defer))
-                    if progress:
-                        progress(len(batch))
-                    batch = []
-                    dim = self._input_dim()
-            if batch:
-                ids.extend(self._write_batch(batch, replace, defer))
-                if progress:
-                    progress(len(batch))
-        return ids
+            return batches.write_batches(
+                items, lambda raw: self._prepare(raw, dim),
+                lambda batch, prints: self._write_batch(batch, replace, defer, prints),
+                batch_size, progress, after_batch=read_dim)
 
     def upsert_many(self, items: Iterable[Item | Mapping[str, Any]], **options: Any) -> list[str]:
         return self.add_many(items, replace=True, **options)
@@ -240,7 +234,7 @@ class KnowledgeBase:
         return dim
 
     def _write_batch(self, batch: list[tuple[Item, Vector | None]], replace: bool,
-                     defer: bool = False) -> list[str]:
+                     defer: bool = False, prints: list[int] | None = None) -> list[str]:
         items = [it for it, _ in batch]
         seen: set[str] = set()
         for it in items:
@@ -264,7 +258,7 @@ class KnowledgeBase:
                 embedded = self.embedder.embed_documents([items[i].embedding_text for i in todo])
                 for i, vec in zip(todo, embedded, strict=True):
                     vectors[i] = vec
-        self.backend.upsert(items, vectors, hashes, replace=replace)
+        self.backend.upsert(items, vectors, hashes, replace=replace, prints=prints)
         return [it.id for it in items]  # type: ignore[misc]
 
     def delete(self, item_id: str) -> bool:

@@ -79,9 +79,10 @@ class Backend(Protocol):
     # -- writes -----------------------------------------------------------------------------------
     def upsert(
         self, items: Sequence[Item], vectors: Sequence[Vector | None], content_hashes: Sequence[str],
-        *, replace: bool,
+        *, replace: bool, prints: Sequence[int] | None = None,
     ) -> None:
-        """Write items (ids set) with their vectors and content hashes, in one transaction.
+        """Write items (ids set) with their vectors and content hashes, in one transaction;
+        `prints`: their texts' word prints when already computed (dedup.word_print).
 
         `replace=False`: an existing id is InvalidInputError and nothing is written.
         `replace=True`: an existing item takes the new fields but keeps created_at,

@@ -65,15 +65,22 @@ def set_meta_sql(mark: str) -> str:
             f"ON CONFLICT (key) DO UPDATE SET value = excluded.value")
 
 
-def write_values(item: Item, content_hash: str, *, with_vector: bool) -> tuple[Any, ...]:
-    """The WRITE_COLUMNS values of an item (metadata as JSON text)."""
+def write_values(item: Item, content_hash: str, *, with_vector: bool,
+                 print_: int | None = None) -> tuple[Any, ...]:
+    """The WRITE_COLUMNS values of an item (metadata as JSON text); `print_` is its text's
+    word print when already computed (print_worker.py)."""
     return (
         item.id, item.corpus, item.title, item.text, item.kind, item.scope, item.repo,
         item.namespace, item.source_url, json.dumps(item.metadata, ensure_ascii=False, sort_keys=True),
         item.created_at, item.updated_at, item.expires_at, item.access_count,
         item.last_accessed_at, bool(item.stale), content_hash, content_hash if with_vector else None,
-        word_print(item.text),
+        word_print(item.text) if print_ is None else print_,
     )
+
+
+def given_prints(prints: Sequence[int] | None, n: int) -> Sequence[int | None]:
+    """Each of `n` items' word print as a write was given it (None: write_values computes it)."""
+    return [None] * n if prints is None else prints
 
 
 def row_to_item(row: Sequence[Any]) -> StoredItem:

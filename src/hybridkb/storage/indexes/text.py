@@ -168,12 +168,13 @@ class TextIndex:
 
     # -- writes ---------------------------------------------------------------------------------
 
-    def writer(self, *, bulk: bool) -> Any:
+    def writer(self, *, bulk: bool, threads: int = 2) -> Any:
         """A tantivy writer. Rebuilds and bulk feeds index many documents: two indexing
-        threads with a wider heap took a fifth to a third off their time (100k items,
-        2 cores: 8.4 s at 64 MB per thread, 6.7 s at 256); small catch-ups keep one."""
+        threads with a wider heap took a fifth to a third off a rebuild's time (100k items,
+        2 cores: 8.4 s at 64 MB per thread, 6.7 s at 256); small catch-ups keep one. A
+        bulk feed asks for its own number of `threads` (sync.FEED_THREADS)."""
         if bulk:
-            return self._index.writer(heap_size=_BULK_HEAP, num_threads=2)
+            return self._index.writer(heap_size=_BULK_HEAP, num_threads=threads)
         return self._index.writer(heap_size=_WRITER_HEAP, num_threads=1)
 
     def commit(self, writer: Any, seq: int) -> None:

@@ -359,11 +359,11 @@ class PostgresBackend:
 
     def upsert(
         self, items: Sequence[Item], vectors: Sequence[Vector | None], content_hashes: Sequence[str],
-        *, replace: bool,
+        *, replace: bool, prints: Sequence[int] | None = None,
     ) -> None:
         if not items:
             return
-        batch = bulk.Batch(items, vectors, content_hashes, replace=replace)
+        batch = bulk.Batch(items, vectors, content_hashes, replace=replace, prints=prints)
         self._write(lambda conn: batch.write(conn, self.index_min_rows))
         if len(items) >= COMPACT_MIN_BATCH:
             self._write(fulltext.maybe_compact)

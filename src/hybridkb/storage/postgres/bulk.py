@@ -174,11 +174,13 @@ class Batch:
     """One upsert: items with their vectors (None: keep none), written in one transaction."""
 
     def __init__(self, items: Sequence[Item], vectors: Sequence[Vector | None],
-                 content_hashes: Sequence[str], *, replace: bool) -> None:
+                 content_hashes: Sequence[str], *, replace: bool,
+                 prints: Sequence[int] | None = None) -> None:
         self.items, self.vectors, self.replace = items, vectors, replace
         self.columns: list[list[Any]] = [[] for _ in records.WRITE_COLUMNS]
-        for item, vec, chash in zip(items, vectors, content_hashes, strict=True):
-            values = records.write_values(item, chash, with_vector=vec is not None)
+        for item, vec, chash, print_ in zip(items, vectors, content_hashes,
+                                            records.given_prints(prints, len(items)), strict=True):
+            values = records.write_values(item, chash, with_vector=vec is not None, print_=print_)
             for column, value in zip(self.columns, values, strict=True):
                 column.append(value)
         self.with_vectors = [(item, vec) for item, vec in zip(items, vectors, strict=True)
@@ -212,3 +214,4 @@ class Batch:
             build = True
         put_vectors(conn, [written[item.id][0] for item, _ in self.with_vectors],
                     [vec for _, vec in self.with_vectors], dim, build, index_min_rows, fresh=fresh)
+

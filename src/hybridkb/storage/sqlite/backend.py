@@ -262,7 +262,7 @@ class SQLiteBackend:
 
     def upsert(
         self, items: Sequence[Item], vectors: Sequence[Vector | None], content_hashes: Sequence[str],
-        *, replace: bool,
+        *, replace: bool, prints: Sequence[int] | None = None,
     ) -> None:
         dim = self.vector_dim()
         feeding = self._text.is_feeding()  # a bulk write: the batch goes to the text index too
@@ -271,7 +271,7 @@ class SQLiteBackend:
                 self._prune_log(conn)
                 first_seq = self._log_head(conn)
                 docs = write_rows(conn, items, vectors, content_hashes, replace=replace, dim=dim,
-                                  feeding=feeding)
+                                  feeding=feeding, prints=prints)
                 last_seq = self._log_head(conn)
         except (UnicodeEncodeError, OverflowError) as exc:
             raise InvalidInputError(f"a value cannot be stored: {exc}") from exc

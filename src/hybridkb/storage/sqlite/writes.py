@@ -27,15 +27,17 @@ _MAX_ROWID = 2**63 - 1  # past it SQLite picks free rowids at random: rows go on
 
 def write_rows(conn: Any, items: Sequence[Item], vectors: Sequence[Vector | None],
                content_hashes: Sequence[str], *, replace: bool, dim: int | None,
-               feeding: bool) -> list[TextDoc]:
+               feeding: bool, prints: Sequence[int] | None = None) -> list[TextDoc]:
     """Write the item rows (`replace`: by id, keeping what records.ON_CONFLICT_REPLACE
     keeps) and their vectors (a replaced row's old one deleted; a new row has none); return
-    the rows' text-index documents when `feeding` (a bulk write hands them to the index)."""
+    the rows' text-index documents when `feeding` (a bulk write hands them to the index).
+    `prints`: the texts' word prints, when computed already (else computed here)."""
     vector_rows: list[tuple[int, bytes]] = []
     dropped: list[int] = []
     docs: list[TextDoc] = []
-    values = [records.write_values(item, chash, with_vector=vec is not None)
-              for item, vec, chash in zip(items, vectors, content_hashes, strict=True)]
+    values = [records.write_values(item, chash, with_vector=vec is not None, print_=p)
+              for item, vec, chash, p in zip(items, vectors, content_hashes,
+                                             records.given_prints(prints, len(items)), strict=True)]
     first = None if replace else _next_rowid(conn, len(items))
     if first is not None:
         conn.executemany(_INSERT, [(first + i, *row) for i, row in enumerate(values)])
@@ -70,3 +72,4 @@ def _next_rowid(conn: Any, count: int) -> int | None:
     last = conn.execute("SELECT max(rowid) FROM items").fetchone()[0]
     first = 1 if last is None else int(last) + 1
     return first if first + count - 1 <= _MAX_ROWID else None
+

@@ -1,0 +1,84 @@
+"""add_many's loop: items prepared into batches, each batch written in one transaction.
+
+On a large load (PRINTS_AHEAD_MIN items and more) a second process computes each batch's
+word prints (print_worker.py) while this one writes the batch before it and prepares the
+next, so the writing thread is spared a fifth of its work. A batch is then written one
+batch late; when preparing an item fails (a bad item, a failing iterator), the batch
+before it is written first, so every batch before the failing one is in the store, as
+without the worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from . import print_worker
+from .model import Item
+
+PRINTS_AHEAD_MIN = 5_000  # items into one add_many before the print worker starts
+
+Prepared = tuple[Item, Any]  # an item ready to write, and its vector or None
+
+
+def write_batches(
+    items: Iterable[Any], prepare: Callable[[Any], Prepared],
+    write: Callable[[list[Prepared], list[int] | None], list[str]], batch_size: int,
+    progress: Callable[[int], Any] | None, *, after_batch: Callable[[], None] = lambda: None,
+) -> list[str]:
+    """Prepare every item, write them `batch_size` at a time (`write(batch, prints)`, the
+    prints None when the writer should compute them); the ids written, in order.
+    `after_batch` runs once a batch is complete (the store reads its vector size again)."""
+    ids: list[str] = []
+    worker: print_worker.PrintWorker | None = None
+    ahead: list[Prepared] | None = None  # submitted to the worker, not yet written
+
+    def write_ahead() -> None:
+        nonlocal ahead
+        if ahead is not None:
+            batch, ahead = ahead, None
+            assert worker is not None
+            done(batch, write(batch, worker.collect()))
+
+    def done(batch: list[Prepared], written: list[str]) -> None:
+        ids.extend(written)
+        if progress:
+            progress(len(batch))
+
+    try:
+        batch: list[Prepared] = []
+        prepared = 0
+        source: Iterator[Any] = iter(items)
+        while True:
+            try:
+                raw = next(source, _END)
+                if raw is _END:
+                    break
+                batch.append(prepare(raw))
+            except BaseException:
+                write_ahead()  # the batches before the failing one are written
+                raise
+            if len(batch) < batch_size:
+                continue
+            prepared += len(batch)
+            if worker is None and prepared >= PRINTS_AHEAD_MIN and print_worker.available():
+                worker = print_worker.PrintWorker()
+            if worker is not None and not worker.failed:
+                write_ahead()
+                worker.submit([item.text for item, _ in batch])
+                ahead = batch
+            else:
+                write_ahead()
+                done(batch, write(batch, None))
+            batch = []
+            after_batch()
+        write_ahead()
+        if batch:
+            done(batch, write(batch, None))
+    finally:
+        if worker is not None:
+            worker.close()
+    return ids
+
+
+_END = object()
