@@ -81,7 +81,7 @@ def layer(name: str) -> str:
         return "embedding"
     if top == "pipeline":
         return "pipeline"
-    if top == "store":
+    if top in ("store", "batches", "print_worker"):  # KnowledgeBase and its add_many loop
         return "core"
     if top in FACE_MODULES or top in FACE_PACKAGES:
         return "face"

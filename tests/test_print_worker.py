@@ -10,10 +10,10 @@ import sys
 from typing import Any
 
 import pytest
+from test_word_prints import _prints
 
 import hybridkb
 from hybridkb import InvalidInputError, KnowledgeBase, batches, dedup, print_worker
-from test_word_prints import _prints
 
 TEXTS = ["", "plain words, and punctuation!", "naïve café’s “quote”", "a\ud800b lone surrogate",
          "日本語のテキスト abc", "Σίσυφος ΌΣΟΣ", "word " * 5_000]

@@ -14,6 +14,7 @@ import json
 import random
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -229,9 +230,8 @@ def test_sigkill_during_a_bulk_load_loses_nothing_it_committed(tmp_path: Path) -
     assert committed > 10, "the kills landed before any batch; the test proves nothing"
 
 
-def test_fed_batches_are_never_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each batch goes to the index from the rows its INSERT returned, also when every batch
-    opens a chunk of its own: nothing of the load is read back from the store."""
+def _reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The rowids the text index reads back from the store from now on."""
     from hybridkb.storage.sqlite.changes import SQLiteChanges
 
     read: list[int] = []
@@ -242,12 +242,50 @@ def test_fed_batches_are_never_read_back(tmp_path: Path, monkeypatch: pytest.Mon
         return real(self, rowids)
 
     monkeypatch.setattr(SQLiteChanges, "text_docs", counting)
-    monkeypatch.setattr(sync, "FEED_CHUNK_S", 0.0)  # a commit after every batch
+    return read
+
+
+def test_fed_batches_are_never_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each batch goes to the index from the rows its INSERT returned: nothing of the load
+    is read back from the store."""
+    read = _reads(monkeypatch)
     with open_kb(tmp_path / "kb.db") as kb:
         kb.add_many(items(640), batch_size=64)
         assert kb.backend._text.disk_seq() == log_head(kb)
         assert read == []
         assert len(text_hits(kb, "title")) == 640
+
+
+def test_chunks_commit_while_the_load_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk's commit runs on a thread of its own (tantivy lets go of the GIL): the
+    batches written meanwhile wait in the log, the next chunk replays them, and the last
+    ones are in the index when add_many returns, scored as an index rebuilt from the rows."""
+    read = _reads(monkeypatch)
+    commits: list[str] = []
+    real_commit = TextIndex.commit
+
+    def slow_commit(self: TextIndex, writer: Any, seq: int) -> None:
+        commits.append(threading.current_thread().name)
+        time.sleep(0.05)  # a commit that waits for merges, as at a million items
+        real_commit(self, writer, seq)
+
+    monkeypatch.setattr(TextIndex, "commit", slow_commit)
+    monkeypatch.setattr(sync, "FEED_CHUNK_S", 0.0)  # a chunk ends after every batch
+    with open_kb(tmp_path / "kb.db") as kb:
+        kb.add_many(items(1280), batch_size=64)
+        assert kb.backend._text.disk_seq() == log_head(kb)
+        assert "hybridkb-feed-commit" in commits  # chunks ended on their own thread
+        assert read, "no batch was written while a chunk committed: the test proves nothing"
+        assert len(read) < 1280  # the others were fed as written
+        # Whole lists (past a cut, ties could fall either side in another segment layout).
+        fed = {q: text_hits(kb, q, 2000) for q in ("river stone", "tok17", "tok1279", "title 3")}
+        assert len(text_hits(kb, "title", limit=2000)) == 1280
+    with open_kb(tmp_path / "kb.db") as other:
+        other.backend.rebuild_indexes()
+        for query, hits in fed.items():
+            rebuilt = text_hits(other, query, 2000)
+            assert [i for i, _ in rebuilt] == [i for i, _ in hits], query
+            assert [s for _, s in rebuilt] == pytest.approx([s for _, s in hits], rel=1e-6)
 
 
 def test_fed_documents_filter_like_documents_rebuilt_from_the_rows(tmp_path: Path) -> None:

@@ -111,6 +111,8 @@ class _Feed:
     writer: Any = None  # tantivy's writer, holding every change up to `seq`
     seq: int = 0
     started: float = 0.0
+    behind: int = 0  # the last change a batch left in the log while a chunk was ending
+    ending: tuple[threading.Thread, _Feed] | None = None  # a chunk committing on a thread
 
 
 @contextlib.contextmanager
@@ -349,6 +351,11 @@ class TextIndexSync:
         finally:
             self._feed = None
             try:
+                self._ended(feed, wait=True)
+                if not feed.failed and feed.behind > feed.seq:  # the load's last batches
+                    if feed.writer is None:
+                        self._begin_chunk(feed, feed.behind)
+                    self._replay(feed, feed.behind)
                 self._end_chunk(feed)
             except Exception:  # the store holds every batch: the log replays them
                 feed.failed = True
@@ -371,6 +378,10 @@ class TextIndexSync:
         feed = self._feed
         if feed is None or feed.thread != threading.get_ident() or feed.failed:
             return
+        if feed.ending is not None:  # this batch waits in the log; the next chunk replays it
+            feed.behind = last_seq
+            self._ended(feed, wait=False)  # done: the lock goes now, the chunk with the next batch
+            return
         try:
             if feed.writer is None:
                 if not feed.chunks and feed.waiting + len(docs) < FEED_MIN:
@@ -388,7 +399,7 @@ class TextIndexSync:
                 writer.add_document(to_document(doc, repeat))
             feed.seq = last_seq
             if time.monotonic() - feed.started >= FEED_CHUNK_S:
-                self._end_chunk(feed)
+                self._end_chunk_soon(feed)
         except Exception:
             feed.failed = True
             self._drop_chunk(feed)
@@ -451,6 +462,43 @@ class TextIndexSync:
             lock, feed.lock = feed.lock, None
             if lock is not None:
                 lock.close()
+
+    def _end_chunk_soon(self, feed: _Feed) -> None:
+        """Commit the chunk on another thread. tantivy's commit and the merges it waits for
+        (seconds a chunk at a million items) let go of the GIL, so this thread writes on
+        meanwhile; the batches it writes until then wait in the log and the next chunk
+        replays them from the store (docs/benchmarks.md, "the chunk's commit aside"). This
+        thread keeps the folder's lock (it is this thread's: `_exclusive`) and lets it go
+        once the commit is done (`_ended`)."""
+        ending = _Feed(thread=feed.thread, index=feed.index, writer=feed.writer, seq=feed.seq)
+        feed.writer = None
+
+        def end() -> None:
+            try:
+                self._end_chunk(ending)
+            except Exception:  # the log holds the chunk's batches
+                ending.failed = True
+                self._drop_chunk(ending)
+
+        thread = threading.Thread(target=end, name="hybridkb-feed-commit", daemon=True)
+        feed.ending = (thread, ending)
+        thread.start()
+
+    @staticmethod
+    def _ended(feed: _Feed, *, wait: bool) -> None:
+        """Once the chunk committing on its thread is done (waited for with `wait`), let the
+        folder's lock go; a chunk that failed to commit stops the feed (the log replays)."""
+        if feed.ending is None:
+            return
+        thread, ending = feed.ending
+        if not wait and thread.is_alive():
+            return
+        thread.join()
+        feed.ending = None
+        feed.failed = feed.failed or ending.failed
+        lock, feed.lock = feed.lock, None
+        if lock is not None:
+            lock.close()
 
     def _drop_chunk(self, feed: _Feed) -> None:
         """Abandon the chunk's uncommitted documents (the log still holds their changes)."""
