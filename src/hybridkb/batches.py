@@ -63,12 +63,11 @@ def write_batches(
             prepared += len(batch)
             if worker is None and prepared >= PRINTS_AHEAD_MIN and print_worker.available():
                 worker = print_worker.PrintWorker()
+            write_ahead()
             if worker is not None and not worker.failed:
-                write_ahead()
                 worker.submit([item.text for item, _ in batch])
                 ahead = batch
             else:
-                write_ahead()
                 done(batch, write(batch, None))
             batch = []
             after_batch()

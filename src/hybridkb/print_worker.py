@@ -26,6 +26,7 @@ import sys
 import time
 from array import array
 from pathlib import Path
+from typing import BinaryIO
 
 _LENGTH = struct.Struct("<Q")
 TIMEOUT_S = 60.0  # for an answer (the first one includes the worker's import, ~0.3 s)
@@ -154,8 +155,8 @@ def _left(deadline: float) -> float:
     return left
 
 
-def _read_exact(stream: object, n: int) -> bytes | None:
-    data = stream.read(n)  # type: ignore[attr-defined]
+def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
+    data = stream.read(n)
     return data if len(data) == n else None
 
 

@@ -115,6 +115,13 @@ class _Feed:
     ending: tuple[threading.Thread, _Feed] | None = None  # a chunk committing on a thread
 
 
+def _release_lock(feed: _Feed) -> None:
+    """Let the folder's lock of a feed go, if it holds it."""
+    lock, feed.lock = feed.lock, None
+    if lock is not None:
+        lock.close()
+
+
 @contextlib.contextmanager
 def _file_lock(path: Path | None) -> Iterator[None]:
     if path is None or fcntl is None:
@@ -459,9 +466,7 @@ class TextIndexSync:
                 finally:
                     del writer
         finally:
-            lock, feed.lock = feed.lock, None
-            if lock is not None:
-                lock.close()
+            _release_lock(feed)
 
     def _end_chunk_soon(self, feed: _Feed) -> None:
         """Commit the chunk on another thread. tantivy's commit and the merges it waits for
@@ -496,9 +501,7 @@ class TextIndexSync:
         thread.join()
         feed.ending = None
         feed.failed = feed.failed or ending.failed
-        lock, feed.lock = feed.lock, None
-        if lock is not None:
-            lock.close()
+        _release_lock(feed)
 
     def _drop_chunk(self, feed: _Feed) -> None:
         """Abandon the chunk's uncommitted documents (the log still holds their changes)."""
@@ -507,9 +510,7 @@ class TextIndexSync:
             with contextlib.suppress(Exception):
                 writer.rollback()
             del writer
-        lock, feed.lock = feed.lock, None
-        if lock is not None:
-            lock.close()
+        _release_lock(feed)
 
     def rebuild(self) -> TextIndex:
         """A new index from every item, published when complete (call under the file lock)."""

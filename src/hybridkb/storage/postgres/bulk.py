@@ -214,4 +214,3 @@ class Batch:
             build = True
         put_vectors(conn, [written[item.id][0] for item, _ in self.with_vectors],
                     [vec for _, vec in self.with_vectors], dim, build, index_min_rows, fresh=fresh)
-

@@ -72,4 +72,3 @@ def _next_rowid(conn: Any, count: int) -> int | None:
     last = conn.execute("SELECT max(rowid) FROM items").fetchone()[0]
     first = 1 if last is None else int(last) + 1
     return first if first + count - 1 <= _MAX_ROWID else None
-
