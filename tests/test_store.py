@@ -281,6 +281,31 @@ def test_fts_only_items_get_vectors_on_reembed(target: str) -> None:
     kb.close()
 
 
+def test_corpus_counts_follow_every_write(target: str) -> None:
+    """The counts a search resolves its corpora from are kept by the writes themselves
+    (SQLite: triggers, migration 010): inserts, upserts that move an item, deletes, another
+    connection's commits, a failed batch."""
+    kb = hybridkb.open(target, embedder=HashingEmbedder(16))
+    other = hybridkb.open(target, embedder=HashingEmbedder(16))
+    kb.add_many([{"text": f"note {i}", "id": f"n{i}", "corpus": "notes" if i % 3 else "wiki"}
+                 for i in range(300)])
+    assert kb.corpora() == {"notes": 200, "wiki": 100} and kb.count() == 300
+    kb.upsert("moved to the wiki", id="n1", corpus="wiki")
+    kb.upsert("rewritten in place", id="n2", corpus="notes")
+    assert kb.corpora() == {"notes": 199, "wiki": 101} and kb.count("wiki") == 101
+    assert kb.delete_many([f"n{i}" for i in range(0, 300, 3)]) == 100  # every first-made wiki item
+    assert kb.corpora() == {"notes": 199, "wiki": 1}
+    other.add("from another connection", id="x", corpus="extra")
+    other.delete("n1")  # the wiki's last item
+    assert kb.corpora() == {"extra": 1, "notes": 199} and kb.count() == 200 and kb.count("wiki") == 0
+    with pytest.raises(InvalidInputError):  # a duplicate id fails the whole batch
+        kb.add_many([{"text": "new", "id": "y", "corpus": "extra"}, {"text": "dup", "id": "x"}])
+    assert kb.corpora() == {"extra": 1, "notes": 199}
+    assert kb.check()["ok"]
+    other.close()
+    kb.close()
+
+
 def test_corpora_and_labels(kb: KnowledgeBase) -> None:
     kb.add("Use feature flags for risky changes", corpus="wiki", title="Feature flags", kind="wiki_page")
     kb.add("def flag(name): return name in FLAGS", corpus="code", title="src/flags.py", kind="code")

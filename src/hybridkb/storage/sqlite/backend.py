@@ -411,15 +411,14 @@ class SQLiteBackend:
         return out
 
     def count(self, corpus: str | None = None) -> int:
-        if corpus is None:
-            return int(self._read("SELECT count(*) FROM items")[0][0])
-        return int(self._read("SELECT count(*) FROM items WHERE corpus = ?", (corpus,))[0][0])
+        counts = self.corpora()
+        return sum(counts.values()) if corpus is None else counts.get(corpus, 0)
 
     def corpora(self) -> dict[str, int]:
-        # Every search asks (to resolve its corpora); counting scans an index of every item,
-        # so the answer is kept until this connection writes or another one commits.
+        # Every search asks (to resolve its corpora): the counts the write triggers keep
+        # (migration 010), kept here until this connection writes or another one commits.
         return dict(self._memoized("corpora", lambda: dict(self._read(
-            "SELECT corpus, count(*) FROM items GROUP BY corpus ORDER BY corpus"))))
+            "SELECT corpus, n FROM corpus_counts WHERE n > 0 ORDER BY corpus"))))
 
     def iter_items(self, batch_size: int = 500) -> Iterator[list[StoredItem]]:
         last = 0

@@ -16,6 +16,12 @@ from .. import records
 
 Read = Callable[[str], list[Any]]
 
+# Corpora whose kept count (migration 010) differs from their items, either way round.
+COUNTS_DISAGREE = (
+    "SELECT count(*) FROM (SELECT corpus, count(*) AS n FROM items GROUP BY corpus) i "
+    "FULL JOIN (SELECT corpus, n FROM corpus_counts WHERE n != 0) c ON c.corpus = i.corpus "
+    "WHERE i.n IS NOT c.n")
+
 
 def integrity_problems(read: Read, vector_dim: int | None) -> list[str]:
     """SQLite's integrity check and items / vectors agreeing by rowid. The derived search
@@ -25,7 +31,7 @@ def integrity_problems(read: Read, vector_dim: int | None) -> list[str]:
         problems += [f"sqlite: {r[0]}" for r in read("PRAGMA integrity_check") if r[0] != "ok"]
     except StoreError as exc:
         problems.append(f"sqlite: the integrity check cannot run: {_cause(exc)}")
-    checks: list[tuple[str, str]] = []
+    checks: list[tuple[str, str]] = [("corpora whose item count disagrees with the items", COUNTS_DISAGREE)]
     if vector_dim is not None:
         checks += records.vector_checks("vec_items", "i.rowid IN (SELECT rowid FROM vec_items)")
     for label, sql in checks:
@@ -42,7 +48,7 @@ def integrity_problems(read: Read, vector_dim: int | None) -> list[str]:
 def repair(conn: Any, vector_dim: int | None, problems: Sequence[str], create_vectors: str) -> list[str]:
     """Rebuild, in the caller's transaction, what derives from the items; returns what was done.
 
-    Indexes of the items table (REINDEX) and the vectors:
+    Indexes of the items table (REINDEX), the corpora's item counts, and the vectors:
     orphans dropped, items whose vector is missing or not theirs marked for embedding again;
     a vector table too damaged to read is recreated empty and every item marked.
     """
@@ -50,6 +56,9 @@ def repair(conn: Any, vector_dim: int | None, problems: Sequence[str], create_ve
     text = " ".join(problems).lower()
     if "sqlite:" in text:
         _step(conn, done, "rebuilt the items table's indexes (REINDEX)", "REINDEX")
+    if "sqlite:" in text or "item count" in text:
+        _step(conn, done, "counted each corpus's items again", "DELETE FROM corpus_counts",
+              "INSERT INTO corpus_counts (corpus, n) SELECT corpus, count(*) FROM items GROUP BY corpus")
     if vector_dim is None or not ("sqlite:" in text or "vector" in text):
         return done
     try:
