@@ -115,6 +115,11 @@ def other_table(size: dict[str, Any]) -> list[str]:
     if "open_first_hybrid_ms" in c:
         lines.append(f"| open + first hybrid query (fresh handle) | {_ms(c['open_first_hybrid_ms'])} ms | "
                      f"{_ms(c['baseline_ms'])} ms (previous path: read vec0 whole) | {c['ratio']:.2f}x |")
+    aw = size.get("after_write")
+    if aw:
+        lines.append(f"| hybrid search right after a write (p50 of {aw['rounds']}) | "
+                     f"{_ms(aw['hybrid_p50_ms'])} ms | {_ms(aw['baseline_p50_ms'])} ms (the same "
+                     f"search again) | {aw['ratio']:.2f}x |")
     if "searchable_items_per_s" in ing:
         lines.append(f"| ingest + first search (text index built) | {ing['searchable_items_per_s']:,.0f} "
                      f"items/s ({ing['text_index_ready_s']:.1f} s for the index) | - | - |")

@@ -25,7 +25,7 @@ from hybridkb.storage.sqlite import driver as sqlite_driver
 
 from . import stages, whatif
 from .baselines import BM25Baseline, NumpyExact
-from .data import DEFAULT_DATASETS, BenchData, item_texts, item_vectors, load_data, make_items
+from .data import CORPUS, DEFAULT_DATASETS, BenchData, item_texts, item_vectors, load_data, make_items
 from .engines import BareTantivy, BareVectors, Fts5Path
 from .measure import (
     BenchEmbedder,
@@ -190,6 +190,8 @@ def run_size(options: Options, data: BenchData, model: Embedder, n: int, log: Lo
         out["cold"] = _cold(options, kb, store, vec0, data, n)
         log(f"queries: {len(data.queries)} per mode after {options.warmup} warm-up")
         out["latency"], floor = _latency(options, kb, embedder, data, bm25, exact, fts5, ids)
+        log("searches right after a write (an agent's remember, then recall)")
+        out["after_write"] = _after_write(options, kb, data)
         if options.whatif:
             log("what-if: faster dedup, in-memory BM25")
             memory = whatif.MemoryBM25(_rowids(kb.backend._conn, ids), bm25)  # SQLite's keys
@@ -265,6 +267,29 @@ def _vec0_store(store: Path, dim: int) -> Path:
     finally:
         conn.close()
     return path
+
+
+AFTER_WRITE_ROUNDS = 40
+
+
+def _after_write(options: Options, kb: hybridkb.KnowledgeBase, data: BenchData) -> dict[str, Any]:
+    """What an agent meets: one item written (its vector given), then a hybrid search; the
+    same search asked again with nothing written in between is the baseline. The items are
+    deleted afterwards."""
+    after, again = [], []
+    written = [f"after-write-{i}" for i in range(AFTER_WRITE_ROUNDS)]
+    for i, item_id in enumerate(written):
+        text = data.queries[i % len(data.queries)]
+        kb.add_many([{"id": item_id, "corpus": CORPUS, "text": f"a note on {text}",
+                      "vector": data.query_vectors[i % len(data.queries)]}])
+        after.append(clock(kb.search, text, limit=options.limit)[1])
+        again.append(clock(kb.search, text, limit=options.limit)[1])
+    kb.delete_many(written)
+    p50, base = float(np.median(after)) * 1000, float(np.median(again)) * 1000
+    return {"rounds": AFTER_WRITE_ROUNDS, "hybrid_p50_ms": round(p50, 2),
+            "hybrid_mean_ms": round(float(np.mean(after)) * 1000, 2),
+            "baseline": "the same search again, nothing written since",
+            "baseline_p50_ms": round(base, 2), "ratio": round(p50 / base, 3)}
 
 
 def _cold(options: Options, kb: hybridkb.KnowledgeBase, store: Path, vec0: Path,
@@ -465,6 +490,10 @@ def _summary(out: dict[str, Any], log: Log) -> None:
         log(f"  {mode:7s} p50 {fig['p50_ms']:8.2f} ms  p95 {fig['p95_ms']:8.2f}  "
             f"p99 {fig['p99_ms']:8.2f}   x{fig['ratio'].get('p50', float('nan')):.2f} "
             f"{fig['baseline']}")
+    aw = out.get("after_write")
+    if aw:
+        log(f"  hybrid right after a write p50 {aw['hybrid_p50_ms']:.2f} ms "
+            f"(x{aw['ratio']:.2f} the same search again)")
     ing = out["ingest"]["without_embedding"]
     log(f"  ingest {ing['items_per_s']:.0f} items/s (x{ing['ratio']:.2f} bm25s index build); "
         f"store {out['size']['db_plus_wal_bytes'] / 2**20:.1f} MiB")

@@ -71,6 +71,8 @@ def test_benchmark_runs_and_writes_its_json(tmp_path: Path, capsys: pytest.Captu
     assert size["size"]["db_plus_wal_bytes"] > 0
     assert size["serve"]["peak_rss_mb"] > 0
     assert size["cold"]["open_first_hybrid_ms"] > 0 and size["cold"]["baseline_ms"] > 0
+    assert size["after_write"]["rounds"] == 40 and size["after_write"]["hybrid_p50_ms"] > 0
+    assert size["after_write"]["baseline_p50_ms"] > 0
     assert size["ingest"]["without_embedding"]["searchable_items_per_s"] > 0
     assert size["vec0"]["recall_vs_numpy"] >= 0.9
     assert set(size["stages"]["hybrid"]["mean_ms_by_stage"]) >= {"fts", "vector", "fetch", "other"}
