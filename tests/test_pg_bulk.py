@@ -310,3 +310,30 @@ def test_packed_postings_follow_every_write_to_a_block(pg_url: str) -> None:
             got, want = (sorted((round(s, 9), i) for i, s in store.backend.text_search(
                 parse(text), area, 20)) for store in (kb, exact))
             assert got and got == want
+
+
+def test_items_written_one_at_a_time_get_their_blocks_merged(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each small write adds a block per posting; once SMALL_WRITES_MERGE rows were written
+    since the last merge, the write that reaches it merges the buckets of many blocks, and
+    answers stay those of scoring every match."""
+    from hybridkb.storage.postgres import fulltext
+
+    monkeypatch.setattr(fulltext, "SMALL_WRITES_MERGE", 40)
+    river = "SELECT count(*) FROM bm25_blocks WHERE lexeme = 'river'"
+    with hybridkb.open(pg_url, embedder=None) as kb, \
+            hybridkb.open(pg_url, embedder=None, bm25_search="exact") as exact, \
+            psycopg.connect(pg_url, autocommit=True) as conn:
+        for row in _items(0, 39):
+            kb.upsert(str(row["text"]), id=str(row["id"]), title=str(row["title"]))
+        assert conn.execute(river).fetchone()[0] == 39  # one block per write so far
+        kb.upsert("bulk item 39 river 4", id="b39", title="T39")
+        merged = conn.execute(river).fetchone()[0]
+        assert merged < 10, merged
+        assert conn.execute("SELECT value FROM meta WHERE key = %s",
+                            [fulltext.META_COMPACTED_ROWS]).fetchone() is not None
+        kb.upsert("a river again", id="b0")  # an upsert draws a row too; no merge yet
+        assert conn.execute(river).fetchone()[0] == merged + 1
+        for query in ("river 3", "bulk river", "item 12"):
+            assert kb.search(query, mode="fts", limit=20).ids == exact.search(query, mode="fts", limit=20).ids
+        assert kb.backend.integrity_problems() == []

@@ -60,6 +60,7 @@ CONNECT_TIMEOUT_S = 10
 # 0 builds the index with the table.
 VECTOR_INDEX_MIN_ROWS = 10_000
 HNSW_MIN_ROWS = VECTOR_INDEX_MIN_ROWS  # its name before the index was IVFFlat (issue #16)
+COMPACT_MIN_BATCH = 500  # writes of this many items may merge the BM25 index's blocks as it doubles
 _RETRIES = 3  # a write that loses a deadlock or serialization race is run again
 # A phrase of stopwords only becomes an empty tsquery, with a NOTICE per query.
 _QUIET = "SET client_min_messages = warning"
@@ -73,7 +74,6 @@ BM25_TAILS = ("bounds", "exact")
 # of the store) is selective: full-text search scores only the rows it keeps, vector search
 # scans them exactly. None: selectivity.most_kept_rows, which grows with the store.
 FILTERED_EXACT_ROWS: int | None = None
-COMPACT_MIN_BATCH = 500  # writes of this many items may merge the BM25 index's blocks
 REPLICA_WAIT_S = 1.0  # read-your-writes: how long a replica may take to catch up
 DIM_REUSE_S = 1.0  # how long vector_dim() trusts the dimension it last read
 
@@ -365,8 +365,9 @@ class PostgresBackend:
             return
         batch = bulk.Batch(items, vectors, content_hashes, replace=replace, prints=prints)
         self._write(lambda conn: batch.write(conn, self.index_min_rows))
-        if len(items) >= COMPACT_MIN_BATCH:
-            self._write(fulltext.maybe_compact)
+        small = len(items) < COMPACT_MIN_BATCH  # small writes merge by what they added since
+        self._write(lambda conn: fulltext.maybe_compact(conn, small=small))
+        if not small:
             self._write(self._rebuild_grown_index)
 
     def _rebuild_grown_index(self, conn: Connection[Any]) -> None:
@@ -389,8 +390,7 @@ class PostgresBackend:
         return self._write(index)
 
     def bulk_writes(self) -> AbstractContextManager[None]:
-        """Nothing to do around many batches: each batch keeps the BM25 index current in its
-        own transaction."""
+        """Nothing to do around many batches: each keeps the BM25 index current itself."""
         return nullcontext()
 
     def write_vectors(

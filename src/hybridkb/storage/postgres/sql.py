@@ -84,9 +84,13 @@ MARK_PENDING = sql.SQL(
 # Items in the store: corpus_stats' counts, kept exact by triggers (no count of items).
 STORE_ITEMS = sql.SQL("SELECT coalesce(sum(n_docs), 0) FROM corpus_stats")
 
-# Items in the store, and how many it held when the BM25 index's blocks were last merged.
+# Items in the store and how many it held when the BM25 index's blocks were last merged;
+# rows written in all (the items' identity sequence: every insert and upsert draws from it)
+# and how many at that merge.
 COMPACT_STATE = sql.SQL(
     "SELECT (SELECT coalesce(sum(n_docs), 0) FROM corpus_stats), "
+    "coalesce((SELECT value::bigint FROM meta WHERE key = %s), 0), "
+    "coalesce(pg_sequence_last_value(pg_get_serial_sequence('items', 'rowid')::regclass), 0), "
     "coalesce((SELECT value::bigint FROM meta WHERE key = %s), 0)")
 
 # Per corpus: items and their total length, against what corpus_stats says.
