@@ -248,7 +248,7 @@ def test_the_store_merges_only_buckets_of_many_blocks_and_optimize_all(pg_url: s
     """A merge as the store grows leaves a bucket of two or three small blocks alone (large
     batches leave few blocks) and merges one of four or more; `optimize()` merges any two.
     Answers and the index's postings stay the same throughout."""
-    from hybridkb.storage.postgres import fulltext
+    from hybridkb.storage.postgres import merging
     from hybridkb.textquery import parse
 
     blocks = ("SELECT count(*), max(c), sum(n) FROM (SELECT count(*) AS c, sum(n) AS n FROM bm25_blocks "
@@ -261,13 +261,13 @@ def test_the_store_merges_only_buckets_of_many_blocks_and_optimize_all(pg_url: s
         keys, most, postings = conn.execute(blocks).fetchone()
         assert most == 3
         before = [kb.backend.text_search(parse(t), area, 30) for t in queries]
-        kb.backend._write(lambda c: fulltext.compact(c, fulltext.AUTO_MIN_BLOCKS))
+        kb.backend._write(lambda c: merging.compact(c, merging.AUTO_MIN_BLOCKS))
         assert conn.execute(blocks).fetchone() == (keys, 3, postings)  # nothing merged
         fourth = _items(3000, 150)
         for row in fourth:
             row["text"] = str(row["text"]).replace("river", "stream")  # same lengths, no "river"
         kb.add_many(fourth, batch_size=150)
-        kb.backend._write(lambda c: fulltext.compact(c, fulltext.AUTO_MIN_BLOCKS))
+        kb.backend._write(lambda c: merging.compact(c, merging.AUTO_MIN_BLOCKS))
         per_key = conn.execute("SELECT lexeme, max(c) FROM (SELECT lexeme, count(*) AS c FROM bm25_blocks "
                                "GROUP BY lexeme, corpus, bucket) AS k GROUP BY lexeme").fetchall()
         most = dict(per_key)
@@ -315,11 +315,12 @@ def test_packed_postings_follow_every_write_to_a_block(pg_url: str) -> None:
 def test_items_written_one_at_a_time_get_their_blocks_merged(
         pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each small write adds a block per posting; once SMALL_WRITES_MERGE rows were written
-    since the last merge, the write that reaches it merges the buckets of many blocks, and
-    answers stay those of scoring every match."""
-    from hybridkb.storage.postgres import fulltext
+    since the last merge, the write that reaches it merges the buckets of many blocks (an
+    add_many in small batches only at its end), and answers stay those of scoring every
+    match."""
+    from hybridkb.storage.postgres import merging
 
-    monkeypatch.setattr(fulltext, "SMALL_WRITES_MERGE", 40)
+    monkeypatch.setattr(merging, "SMALL_WRITES_MERGE", 40)
     river = "SELECT count(*) FROM bm25_blocks WHERE lexeme = 'river'"
     with hybridkb.open(pg_url, embedder=None) as kb, \
             hybridkb.open(pg_url, embedder=None, bm25_search="exact") as exact, \
@@ -331,9 +332,33 @@ def test_items_written_one_at_a_time_get_their_blocks_merged(
         merged = conn.execute(river).fetchone()[0]
         assert merged < 10, merged
         assert conn.execute("SELECT value FROM meta WHERE key = %s",
-                            [fulltext.META_COMPACTED_ROWS]).fetchone() is not None
+                            [merging.META_COMPACTED_ROWS]).fetchone() is not None
         kb.upsert("a river again", id="b0")  # an upsert draws a row too; no merge yet
         assert conn.execute(river).fetchone()[0] == merged + 1
         for query in ("river 3", "bulk river", "item 12"):
             assert kb.search(query, mode="fts", limit=20).ids == exact.search(query, mode="fts", limit=20).ids
+        # 60 items in batches of 3: 20 write statements, one merge at the end
+        kb.add_many([{"text": f"river batch {k}", "id": f"r{k}"} for k in range(60)], batch_size=3)
+        assert conn.execute(river).fetchone()[0] < merged + 10
+        assert kb.search("river batch", mode="fts", limit=30).ids == \
+            exact.search("river batch", mode="fts", limit=30).ids
         assert kb.backend.integrity_problems() == []
+
+
+def test_an_add_many_in_small_batches_merges_at_its_end_not_per_batch(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hybridkb.storage.postgres import merging
+
+    monkeypatch.setattr(merging, "SMALL_WRITES_MERGE", 10)
+    merges: list[int] = []
+    real = merging.compact
+
+    def counted(conn: object, *args: object, **kwargs: object) -> None:
+        merges.append(1)
+        real(conn, *args, **kwargs)  # type: ignore[arg-type]
+    monkeypatch.setattr(merging, "compact", counted)
+    with hybridkb.open(pg_url, embedder=None) as kb:
+        kb.add_many(_items(0, 100), batch_size=5)  # 100 rows: ten times the threshold
+        assert len(merges) == 1
+        kb.add("one more river")
+        assert len(merges) == 1  # 1 row since the merge

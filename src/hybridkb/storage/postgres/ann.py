@@ -292,6 +292,15 @@ def grown(conn: Connection[Any]) -> bool:
     return built is not None and _items(conn) >= GROWTH * max(int(built), 1)
 
 
+def rebuild_if_grown(conn: Connection[Any], lock: Callable[[], None]) -> None:
+    """Build the index again (after `lock()`) once the store holds GROWTH times the items
+    it held at the build: its lists were chosen for fewer rows."""
+    dim, probes = state(conn)
+    if dim is not None and probes is not None and grown(conn):
+        lock()
+        build(conn, dim)
+
+
 def optimize(conn: Connection[Any], min_rows: int, lock: Callable[[], None]) -> dict[str, Any]:
     """Build the index (after `lock()`) if it is missing, was built over another number of
     vectors than the store holds (once it holds `min_rows`) or with other lists than

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -38,7 +38,7 @@ try:
     from psycopg.conninfo import conninfo_to_dict
     from psycopg_pool import ConnectionPool, PoolTimeout
 
-    from . import ann, bulk, fulltext, maintenance, selectivity
+    from . import ann, bulk, fulltext, maintenance, merging, selectivity
     from . import sql as q
     from .replicas import Replicas, wal_position
     from .tables import VectorTables
@@ -60,7 +60,7 @@ CONNECT_TIMEOUT_S = 10
 # 0 builds the index with the table.
 VECTOR_INDEX_MIN_ROWS = 10_000
 HNSW_MIN_ROWS = VECTOR_INDEX_MIN_ROWS  # its name before the index was IVFFlat (issue #16)
-COMPACT_MIN_BATCH = 500  # writes of this many items may merge the BM25 index's blocks as it doubles
+COMPACT_MIN_BATCH = 500  # writes of this many items may build the vector index again
 _RETRIES = 3  # a write that loses a deadlock or serialization race is run again
 # A phrase of stopwords only becomes an empty tsquery, with a NOTICE per query.
 _QUIET = "SET client_min_messages = warning"
@@ -133,6 +133,7 @@ class PostgresBackend:
         # `hnsw_min_rows`: the option's name while the index was HNSW, still accepted.
         self.index_min_rows = int(vector_index_min_rows if hnsw_min_rows is None else hnsw_min_rows)
         self._blocks = blockcache.BlockCache(max(0, int(bm25_cache_mb)) << 20)  # BM25 blocks read
+        self._merges = merging.Merges(self._write)  # when the BM25 index's blocks are merged
         try:
             in_url = conninfo_to_dict(url)
         except (psycopg.Error, ValueError) as exc:
@@ -364,24 +365,18 @@ class PostgresBackend:
         if not items:
             return
         batch = bulk.Batch(items, vectors, content_hashes, replace=replace, prints=prints)
-        self._write(lambda conn: batch.write(conn, self.index_min_rows))
-        small = len(items) < COMPACT_MIN_BATCH  # small writes merge by what they added since
-        self._write(lambda conn: fulltext.maybe_compact(conn, small=small))
-        if not small:
-            self._write(self._rebuild_grown_index)
 
-    def _rebuild_grown_index(self, conn: Connection[Any]) -> None:
-        """Build the vector index again once the store holds ann.GROWTH times the items it
-        held at the build (its lists were chosen for fewer rows)."""
-        dim, probes = ann.state(conn)
-        if dim is not None and probes is not None and ann.grown(conn):
-            bulk.lock(conn, bulk.LOCK_VECTORS)
-            ann.build(conn, dim)
+        def write(conn: Connection[Any]) -> str | None:
+            batch.write(conn, self.index_min_rows)
+            return merging.due(conn)
+        self._merges.after(self._write(write))
+        if len(items) >= COMPACT_MIN_BATCH:
+            self._write(lambda conn: ann.rebuild_if_grown(conn, lambda: bulk.lock(conn, bulk.LOCK_VECTORS)))
 
     def optimize(self) -> dict[str, Any]:
         """Merge the BM25 index's blocks now; build the vector index if it is missing or was
         built over fewer rows, or measure its probes on the queries asked since (ann.py)."""
-        self._write(lambda conn: fulltext.compact(conn))
+        self._write(lambda conn: merging.compact(conn))
 
         def index(conn: Connection[Any]) -> dict[str, Any]:
             return {"bm25_merged": True, **ann.optimize(
@@ -390,8 +385,8 @@ class PostgresBackend:
         return self._write(index)
 
     def bulk_writes(self) -> AbstractContextManager[None]:
-        """Nothing to do around many batches: each keeps the BM25 index current itself."""
-        return nullcontext()
+        """Around many batches: a merge small writes call for waits for the end (merging.py)."""
+        return self._merges.bulk()
 
     def write_vectors(
         self, ids: Sequence[str], vectors: Sequence[Vector], content_hashes: Sequence[str],

@@ -18,7 +18,7 @@ queries made only of phrases.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,20 +33,6 @@ if TYPE_CHECKING:
 
 Ranked = list[tuple[int, float]]  # (rowid, score) best first: the store's keys
 
-COMPACT_MIN_ITEMS = 5_000  # no merging below this many items
-META_COMPACTED = "pg_bm25_compacted_items"  # items in the store at the last merge
-META_COMPACTED_ROWS = "pg_bm25_compacted_rows"  # rows written in all at the last merge
-# Small writes (an agent's memories, one at a time) add a block per posting: 6,000 items
-# written one by one held 551,800 blocks, and full text took 47 ms against 17 ms once
-# merged (docs/benchmarks.md). So they merge once this many rows, and this share of the
-# store, were written since the last merge, whatever its size.
-SMALL_WRITES_MERGE = 1_000
-SMALL_WRITES_SHARE = 0.05
-# The store's own merges (as it doubles) merge a bucket's small blocks once it holds this
-# many; `optimize()` merges any two (migration 005: large batches leave one or two blocks
-# per bucket, and merging those rewrote the whole index for nothing measurable).
-AUTO_MIN_BLOCKS = 4
-_LOCK_COMPACT = "hybridkb.bm25_compact"
 FIRST_BUDGET = 4000  # postings read in the first round (at least 8 per wanted result)
 # A query whose terms hold at most this many postings reads them all in one round: at the
 # depth a search asks (300), the rounds below read nearly every posting anyway, one
@@ -177,37 +163,6 @@ def _within(values: Any, members: Any) -> Any:
         return np.zeros(len(values), dtype=bool)
     at = np.minimum(np.searchsorted(members, values), len(members) - 1)
     return members[at] == values
-
-
-def maybe_compact(conn: Connection[Any], *, small: bool = False) -> None:
-    """Merge the BM25 index's blocks once the store has doubled since the last merge (each
-    write statement adds small blocks; a query reads every block of a bucket), or after a
-    `small` write, once small writes have added enough rows since (SMALL_WRITES_MERGE)."""
-    if _merge_due(conn, small=small):
-        compact(conn, AUTO_MIN_BLOCKS, unless_done=lambda: not _merge_due(conn, small=small))
-
-
-def _merge_due(conn: Connection[Any], *, small: bool) -> bool:
-    row = conn.execute(q.COMPACT_STATE, [META_COMPACTED, META_COMPACTED_ROWS]).fetchone()
-    n, done, rows, rows_done = (int(v) for v in row) if row else (0, 0, 0, 0)
-    if n >= COMPACT_MIN_ITEMS and n >= 2 * done:
-        return True
-    return small and rows - rows_done >= max(SMALL_WRITES_MERGE, SMALL_WRITES_SHARE * n)
-
-
-def compact(conn: Connection[Any], min_blocks: int = 2, *,
-            unless_done: Callable[[], bool] | None = None) -> None:
-    """Merge the small blocks of every (lexeme, corpus, bucket) that holds at least
-    `min_blocks` of them (hybridkb_bm25_compact, migrations 004-005), in the caller's
-    transaction; concurrent merges take turns (`unless_done`, asked once this one's turn
-    has come: another merged meanwhile)."""
-    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [_LOCK_COMPACT])
-    if unless_done is not None and unless_done():
-        return
-    row = conn.execute(q.COMPACT_STATE, [META_COMPACTED, META_COMPACTED_ROWS]).fetchone()
-    conn.execute("SELECT hybridkb_bm25_compact(%s)", [min_blocks])
-    conn.execute(q.SET_META, [META_COMPACTED, str(int(row[0]) if row else 0)])
-    conn.execute(q.SET_META, [META_COMPACTED_ROWS, str(int(row[2]) if row else 0)])
 
 
 def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit: int,
