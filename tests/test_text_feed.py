@@ -10,6 +10,7 @@ indexes; a second KnowledgeBase on a file has its own connection and index handl
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import subprocess
@@ -286,6 +287,31 @@ def test_chunks_commit_while_the_load_goes_on(tmp_path: Path, monkeypatch: pytes
             rebuilt = text_hits(other, query, 2000)
             assert [i for i, _ in rebuilt] == [i for i, _ in hits], query
             assert [s for _, s in rebuilt] == pytest.approx([s for _, s in hits], rel=1e-6)
+
+
+def test_a_chunk_replays_a_large_gap_into_its_writer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batches written while a chunk committed aside are replayed into the next chunk's
+    writer, however many more than CATCH_UP_BATCH they are: committed in steps instead, each
+    step left a small segment that every search then visited."""
+    commits: list[int] = []
+    real_commit = TextIndex.commit
+
+    def slow_commit(self: TextIndex, writer: Any, seq: int) -> None:
+        commits.append(seq)
+        time.sleep(0.2)  # long enough for several batches to wait in the log
+        real_commit(self, writer, seq)
+
+    monkeypatch.setattr(TextIndex, "commit", slow_commit)
+    monkeypatch.setattr(sync, "FEED_CHUNK_S", 0.0)  # a chunk ends after every batch
+    monkeypatch.setattr(sync, "CATCH_UP_BATCH", 8)  # every gap is larger than a step
+    read = _reads(monkeypatch)
+    with open_kb(tmp_path / "kb.db") as kb:
+        kb.add_many(items(1280), batch_size=64)
+        assert read, "no batch waited in the log: the test proves nothing"
+        steps = [b - a for a, b in itertools.pairwise(commits)]
+        assert all(step > 8 for step in steps), steps  # no commit of one catch-up step
+        assert kb.backend._text.disk_seq() == log_head(kb)
+        assert len(text_hits(kb, "title", limit=2000)) == 1280
 
 
 def test_fed_documents_filter_like_documents_rebuilt_from_the_rows(tmp_path: Path) -> None:

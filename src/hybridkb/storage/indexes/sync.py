@@ -43,6 +43,11 @@ COMMIT_INTERVAL_S = 0.5  # background commits of one process at most this often
 # at least this often, releasing the folder's lock so that other processes can catch up.
 FEED_MIN = DELTA_MAX
 FEED_CHUNK_S = 30.0
+# A chunk replays into its own writer a gap of up to this many changes (the batches written
+# while the chunk before it committed aside); a larger gap is committed first, in steps of
+# CATCH_UP_BATCH. Each step is a segment: at 1M items, gaps of 20,000+ left six small
+# segments that every search then visited (docs/benchmarks.md, thirteenth pass).
+FEED_REPLAY_MAX = 250_000
 # Indexing threads of a bulk feed's writer. The writing thread (rows, prints, documents:
 # ~300 us an item) is the bound, and one indexing thread keeps up with it; a second one
 # only took CPU from it (100,000 items on 2 cores: 2,784-2,869 items/s with two against
@@ -418,15 +423,15 @@ class TextIndexSync:
     def _begin_chunk(self, feed: _Feed, first_seq: int) -> None:
         """Take the folder's lock (kept until the chunk ends) and open a writer on the index
         (built when missing: the first chunk of a load into a new store). An index far
-        behind the batch about to be fed is caught up and committed first; a small gap is
-        replayed into the writer by `feed()`."""
+        behind the batch about to be fed is caught up and committed first; a gap of up to
+        FEED_REPLAY_MAX is replayed into the writer by `feed()`."""
         with self._lock:  # lock order: self._lock, then the file lock (see _work)
             if feed.lock is None:
                 stack = contextlib.ExitStack()
                 stack.enter_context(self._exclusive())
                 feed.lock = stack
             index = self._usable()
-            if first_seq - index.seq > CATCH_UP_BATCH:
+            if first_seq - index.seq > FEED_REPLAY_MAX:
                 index = self._catch_up()
         feed.waiting, feed.chunks = 0, feed.chunks + 1
         feed.index, feed.seq, feed.started = index, index.seq, time.monotonic()
