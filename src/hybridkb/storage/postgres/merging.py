@@ -41,8 +41,18 @@ DOUBLED, SMALL = "doubled", "small"
 def due(conn: Connection[Any]) -> str | None:
     """Which merge the store is due for: DOUBLED (it doubled since the last merge), SMALL
     (rows written since then call for one), or None."""
+    return _due(_state(conn))
+
+
+def _state(conn: Connection[Any]) -> tuple[int, int, int, int]:
+    """Items now and at the last merge; rows written now and at the last merge."""
     row = conn.execute(q.COMPACT_STATE, [META_COMPACTED, META_COMPACTED_ROWS]).fetchone()
     n, done, rows, rows_done = (int(v) for v in row) if row else (0, 0, 0, 0)
+    return n, done, rows, rows_done
+
+
+def _due(state: tuple[int, int, int, int]) -> str | None:
+    n, done, rows, rows_done = state
     if n >= COMPACT_MIN_ITEMS and n >= 2 * done:
         return DOUBLED
     if rows - rows_done >= max(SMALL_WRITES_MERGE, SMALL_WRITES_SHARE * n):
@@ -53,21 +63,20 @@ def due(conn: Connection[Any]) -> str | None:
 def merge_if_due(conn: Connection[Any]) -> None:
     """The store's own merge, when still due once this writer's turn has come."""
     if due(conn) is not None:
-        compact(conn, AUTO_MIN_BLOCKS, unless_done=lambda: due(conn) is None)
+        compact(conn, AUTO_MIN_BLOCKS, only_if_due=True)
 
 
-def compact(conn: Connection[Any], min_blocks: int = 2, *,
-            unless_done: Callable[[], bool] | None = None) -> None:
+def compact(conn: Connection[Any], min_blocks: int = 2, *, only_if_due: bool = False) -> None:
     """Merge the small blocks of every (lexeme, corpus, bucket) that holds at least
-    `min_blocks` of them, in the caller's transaction; concurrent merges take turns
-    (`unless_done` is asked once this one's turn has come: another merged meanwhile)."""
+    `min_blocks` of them, in the caller's transaction; concurrent merges take turns, and
+    with `only_if_due` this one is skipped when another merged meanwhile."""
     conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [_LOCK])
-    if unless_done is not None and unless_done():
+    state = _state(conn)
+    if only_if_due and _due(state) is None:
         return
-    row = conn.execute(q.COMPACT_STATE, [META_COMPACTED, META_COMPACTED_ROWS]).fetchone()
     conn.execute("SELECT hybridkb_bm25_compact(%s)", [min_blocks])
-    conn.execute(q.SET_META, [META_COMPACTED, str(int(row[0]) if row else 0)])
-    conn.execute(q.SET_META, [META_COMPACTED_ROWS, str(int(row[2]) if row else 0)])
+    conn.execute(q.SET_META, [META_COMPACTED, str(state[0])])
+    conn.execute(q.SET_META, [META_COMPACTED_ROWS, str(state[2])])
 
 
 class Merges:
