@@ -83,6 +83,22 @@ def test_type_weight_reorders_and_shows(kb: KnowledgeBase) -> None:
     assert off.ids == ["best", "note", "dec"]
 
 
+def test_hits_sharing_factors_each_get_their_own(kb: KnowledgeBase) -> None:
+    """A search works out each distinct set of factors once; every hit still gets its own
+    dict, and items whose recency differs do not share one."""
+    long_ago = time.time() - 400 * DAY_S
+    kb.add("cache the bazel build outputs", id="d1", kind="decision")
+    kb.add("cache the bazel build outputs remotely", id="d2", kind="decision")
+    kb.add("cache bazel build outputs on the old runners", id="d3", kind="decision",
+           created_at=long_ago)
+    hits = {h.id: h for h in kb.search("bazel build cache", dedup_threshold=None).hits}
+    assert hits["d1"].boosts == hits["d2"].boosts == {"type": 2.0, "recency": 1.15}
+    assert hits["d3"].boosts == {"type": 2.0}
+    hits["d1"].boosts["type"] = 99.0
+    assert hits["d2"].boosts["type"] == 2.0
+    assert hits["d3"].score == pytest.approx(hits["d3"].relevance ** (1 / 2.0))
+
+
 def test_recency_boost_but_old_relevant_item_surfaces(kb: KnowledgeBase) -> None:
     long_ago = time.time() - 400 * DAY_S
     kb.add("postgres connection pooling with pgbouncer in transaction mode", id="old",

@@ -21,7 +21,7 @@ __all__ = ["DEFAULT_FUSION", "DEFAULT_MERGE", "DEFAULT_WEIGHTS", "MERGES", "Sear
 from .errors import InvalidInputError
 from .labels import source_label
 from .model import MODES, Filters, Hit, RetrieverHit, SearchResult, StoredItem
-from .scoring import ScorePolicy, apply, boosted, relevance
+from .scoring import ScorePolicy, apply, boosted_by, relevance
 from .storage.contract import Backend, Key, ScoredKeys, SearchArea, Vector
 from .storage.workers import Workers
 
@@ -195,8 +195,9 @@ def run(
 
     order = order[:pool]
     candidates: dict[Key, _Candidate] = {}
+    only = fused_groups[0] if len(fused_groups) == 1 else None
     for doc in order:
-        owner = next(fg for fg in fused_groups if doc in fg.fused)
+        owner = only or next(fg for fg in fused_groups if doc in fg.fused)
         cand = candidates[doc] = owner.candidate(doc)
         if merged_scores:
             cand.fused, cand.merged = merged_scores[doc], True
@@ -214,12 +215,13 @@ def run(
     for doc in order:
         candidates[doc].alternates = [a for a in candidates[doc].alternates if a not in shown]
 
-    final = {doc: _final(candidates[doc], items[doc], plan.policy, now) for doc in order}
+    boosts = _Boosts(plan.policy, now)
+    final = {doc: _final(candidates[doc], boosts.of(items[doc])) for doc in order}
     if plan.min_score is not None:
         order = [d for d in order if final[d][0] >= plan.min_score - 1e-12]
     # Rank the head by its final score (ties by id); only the page becomes Hit objects.
     ranked = sorted(order, key=lambda doc: (-final[doc][1], items[doc].id))
-    page = [_hit(doc, candidates[doc], items, plan.policy, now, labels)
+    page = [_hit(doc, candidates[doc], items, boosts, labels)
             for doc in ranked[plan.offset : plan.offset + plan.limit]]
     return SearchResult(hits=page, answered_by=answered, mode=plan.mode, query=plan.query,
                         notes=result_notes)
@@ -311,26 +313,42 @@ def _shares(scored: ScoredKeys) -> dict[Key, float]:
     return {d: (s / top if top > 0 else 1.0) for d, s in scored}
 
 
-def _final(cand: _Candidate, item: StoredItem, policy: ScorePolicy, now: float) -> tuple[float, float]:
+class _Boosts:
+    """The policy's factors of the items one search ranks, worked out once per distinct
+    (kind, access count, recency): the few dozen items of a pool mostly share them."""
+
+    def __init__(self, policy: ScorePolicy, now: float) -> None:
+        self.policy, self.now = policy, now
+        self._known: dict[tuple[str | None, int | None, bool], tuple[dict[str, float], float]] = {}
+
+    def of(self, item: StoredItem) -> tuple[dict[str, float], float]:
+        """(the item's factors by name, their product); the dict is shared: copy to hand out."""
+        key = (item.kind, item.access_count, self.policy.recent(item.created_at, self.now))
+        known = self._known.get(key)
+        if known is None:
+            factors = self.policy.factors(kind=item.kind, access_count=item.access_count,
+                                          created_at=item.created_at, now=self.now)
+            known = self._known[key] = (factors, apply(1.0, factors))
+        return known
+
+
+def _final(cand: _Candidate, boost: tuple[dict[str, float], float]) -> tuple[float, float]:
     """(the score shown, the key ranked by): both the boosted relevance when merging by
     relevance; under merge="rrf" the ranking key is the boosted cross-corpus RRF score."""
-    factors = policy.factors(kind=item.kind, access_count=item.access_count,
-                             created_at=item.created_at, now=now)
-    shown = boosted(cand.relevance, factors)
-    return shown, (apply(cand.fused, factors) if cand.merged else shown)
+    shown = boosted_by(cand.relevance, boost[1])
+    return shown, (apply(cand.fused, boost[0]) if cand.merged else shown)
 
 
 def _hit(
-    doc: Key, cand: _Candidate, items: dict[Key, StoredItem], policy: ScorePolicy, now: float,
+    doc: Key, cand: _Candidate, items: dict[Key, StoredItem], boosts: _Boosts,
     labels: dict[str, str],
 ) -> Hit:
     item = items[doc]
-    factors = policy.factors(kind=item.kind, access_count=item.access_count,
-                             created_at=item.created_at, now=now)
+    factors, product = boosts.of(item)
     return Hit(
         id=item.id, corpus=item.corpus, text=item.text, title=item.title, kind=item.kind,
-        score=boosted(cand.relevance, factors), relevance=cand.relevance,
-        fusion_score=cand.fused, boosts=factors,
+        score=boosted_by(cand.relevance, product), relevance=cand.relevance,
+        fusion_score=cand.fused, boosts=dict(factors),
         source_label=_label(item, labels), source_url=item.source_url,
         metadata=item.metadata, created_at=item.created_at, retrievers=cand.owner.retrievers(doc),
         alternate_sources=[{"id": items[a].id, "source": _label(items[a], labels)}

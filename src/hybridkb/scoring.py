@@ -36,6 +36,11 @@ class ScorePolicy:
     def off(cls) -> ScorePolicy:
         return cls(type_weights=None, access_boost=False, recency_boost=0.0)
 
+    def recent(self, created_at: float | None, now: float) -> bool:
+        """Whether an item created at `created_at` gets the recency boost at `now`."""
+        return bool(self.recency_boost and created_at is not None
+                    and now - created_at <= self.recency_days * DAY_S)
+
     def factors(
         self, *, kind: str | None, access_count: int | None, created_at: float | None, now: float,
     ) -> dict[str, float]:
@@ -47,8 +52,7 @@ class ScorePolicy:
                 out["type"] = weight
         if self.access_boost and access_count:
             out["access"] = 1.0 + math.log1p(max(0, access_count))
-        if (self.recency_boost and created_at is not None
-                and now - created_at <= self.recency_days * DAY_S):
+        if self.recent(created_at, now):
             out["recency"] = 1.0 + self.recency_boost
         return out
 
@@ -69,7 +73,11 @@ def relevance(fused: float, best: float) -> float:
 
 def boosted(relevance: float, factors: Mapping[str, float]) -> float:
     """A relevance in [0, 1] under the policy's factors: relevance ** (1 / product), in [0, 1]."""
-    product = apply(1.0, factors)
+    return boosted_by(relevance, apply(1.0, factors))
+
+
+def boosted_by(relevance: float, product: float) -> float:
+    """`boosted` given the product of the factors."""
     r = min(1.0, max(0.0, relevance))
     if product <= 0:
         return 0.0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
 from ..dedup import word_print
@@ -91,13 +91,20 @@ def row_to_item(row: Sequence[Any]) -> StoredItem:
         metadata = {}
     elif isinstance(metadata, str | bytes):
         metadata = json.loads(metadata)
+    # Positional, in _STORED_FIELDS' order (checked below): a search builds a few dozen of
+    # these, and seventeen keywords cost 2.5x the call.
     return StoredItem(
-        id=row[0], corpus=row[1], title=row[2], text=row[3], kind=row[4], scope=row[5],
-        repo=row[6], namespace=row[7], source_url=row[8], metadata=metadata,
-        created_at=row[10], updated_at=row[11], expires_at=row[12], access_count=row[13],
-        last_accessed_at=row[14], stale=bool(row[15]),
-        word_print=row[16] if len(row) > 16 else None,
+        row[3], row[0], row[1], row[2], row[4], row[5], row[6], row[7], row[8], metadata,
+        row[10], row[11], row[12], row[13], row[14], bool(row[15]),
+        row[16] if len(row) > 16 else None,
     )
+
+
+_STORED_FIELDS = ("text", "id", "corpus", "title", "kind", "scope", "repo", "namespace",
+                  "source_url", "metadata", "created_at", "updated_at", "expires_at",
+                  "access_count", "last_accessed_at", "stale", "word_print")
+if tuple(f.name for f in fields(StoredItem)) != _STORED_FIELDS:  # pragma: no cover
+    raise ImportError("StoredItem's fields moved: update records.row_to_item")
 
 
 def in_order(ids: Sequence[str], found: Mapping[str, StoredItem]) -> list[StoredItem]:
