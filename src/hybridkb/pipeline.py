@@ -197,7 +197,7 @@ def run(
     candidates: dict[Key, _Candidate] = {}
     only = fused_groups[0] if len(fused_groups) == 1 else None
     for doc in order:
-        owner = only or next(fg for fg in fused_groups if doc in fg.fused)
+        owner = only if only is not None else next(fg for fg in fused_groups if doc in fg.fused)
         cand = candidates[doc] = owner.candidate(doc)
         if merged_scores:
             cand.fused, cand.merged = merged_scores[doc], True

@@ -91,8 +91,8 @@ def row_to_item(row: Sequence[Any]) -> StoredItem:
         metadata = {}
     elif isinstance(metadata, str | bytes):
         metadata = json.loads(metadata)
-    # Positional, in _STORED_FIELDS' order (checked below): a search builds a few dozen of
-    # these, and seventeen keywords cost 2.5x the call.
+    # Positional (the order is checked below): a search builds a few dozen of these, and
+    # seventeen keywords cost 2.5x the call.
     return StoredItem(
         row[3], row[0], row[1], row[2], row[4], row[5], row[6], row[7], row[8], metadata,
         row[10], row[11], row[12], row[13], row[14], bool(row[15]),
@@ -100,11 +100,11 @@ def row_to_item(row: Sequence[Any]) -> StoredItem:
     )
 
 
-_STORED_FIELDS = ("text", "id", "corpus", "title", "kind", "scope", "repo", "namespace",
-                  "source_url", "metadata", "created_at", "updated_at", "expires_at",
-                  "access_count", "last_accessed_at", "stale", "word_print")
-if tuple(f.name for f in fields(StoredItem)) != _STORED_FIELDS:  # pragma: no cover
-    raise ImportError("StoredItem's fields moved: update records.row_to_item")
+# row_to_item passes the text (column 3) first, then the other READ_COLUMNS in their order:
+# that must be StoredItem's field order.
+if (READ_COLUMNS[3] != "text" or tuple(f.name for f in fields(StoredItem))
+        != ("text", *(c for c in READ_COLUMNS if c != "text"))):  # pragma: no cover
+    raise ImportError("READ_COLUMNS or StoredItem's fields moved: update records.row_to_item")
 
 
 def in_order(ids: Sequence[str], found: Mapping[str, StoredItem]) -> list[StoredItem]:
