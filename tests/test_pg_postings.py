@@ -23,7 +23,8 @@ WORDS = ["river", "stone", "node", "js", "migration", "run", "running", "ran", "
 
 @pytest.fixture(autouse=True)
 def _blocks_by_client(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The path is off by default (bulk.BM25_BY_CLIENT); these tests run it."""
+    """The path is on by default (bulk.BM25_BY_CLIENT); these tests run it whatever the
+    default, and load the other store through the trigger explicitly."""
     monkeypatch.setattr(bulk, "BM25_BY_CLIENT", True)
 
 
@@ -63,27 +64,32 @@ def _random_items(seed: int, n: int) -> list[dict[str, object]]:
 
 
 def _load(url: str, batches: list[list[dict[str, object]]], by_client: bool,
-          monkeypatch: pytest.MonkeyPatch, part: int = bulk.COPY_PART) -> None:
+          monkeypatch: pytest.MonkeyPatch, part: int = bulk.COPY_PART,
+          statement: int = postings.INSERT_POSTINGS) -> None:
     with monkeypatch.context() as patch:
         patch.setattr(bulk, "BM25_BY_CLIENT", by_client)
         patch.setattr(bulk, "COPY_PART", part)
+        patch.setattr(postings, "INSERT_POSTINGS", statement)
         with hybridkb.open(url, embedder=None) as kb:
             for batch in batches:
                 kb.add_many(batch, batch_size=len(batch))
 
 
-@pytest.mark.parametrize(("seed", "part"), [(1, bulk.COPY_PART), (2, 170)])
+@pytest.mark.parametrize(("seed", "part", "statement"),
+                         [(1, bulk.COPY_PART, postings.INSERT_POSTINGS), (2, 170, 700)])
 def test_client_blocks_equal_the_trigger_blocks(pg_url: str, pg_empty_url: str, seed: int,
-                                                part: int, monkeypatch: pytest.MonkeyPatch) -> None:
+                                                part: int, statement: int,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Two fresh stores loaded with the same COPY batches, one through the trigger, one
-    through postings.py (each batch in one COPY, or in parts of 170 rows whose postings
-    are joined): the same bm25_blocks rows, byte for byte (rowids agree: both stores
+    through postings.py (each batch in one COPY and one statement of blocks, or in parts
+    of 170 rows whose postings are joined, the blocks in statements of about 700
+    postings): the same bm25_blocks rows, byte for byte, `packed` included (rowids agree: both stores
     number their rows alike); then the same after deletes, updates and a merge, and the
     same top-k answers, equal to scoring every match, and the same postings after a merge."""
     items = _random_items(seed, 900)
     batches = [items[:500], items[500:650], items[650:]]
     _load(pg_url, batches, False, monkeypatch)
-    _load(pg_empty_url, batches, True, monkeypatch, part)
+    _load(pg_empty_url, batches, True, monkeypatch, part, statement)
     with psycopg.connect(pg_url) as old, psycopg.connect(pg_empty_url) as new:
         want, got = old.execute(BLOCKS).fetchall(), new.execute(BLOCKS).fetchall()
         assert len(want) > 3000 and got == want
@@ -186,3 +192,29 @@ def test_parse_reads_what_unnest_reads(pg_url: str) -> None:
         assert listed(joined) == listed(p) and joined.corpora == p.corpora
     empty = postings.parse([], [], np.zeros(1, np.int64))
     assert empty.item.size == 0 and postings.Blocks(empty).params(np.zeros(0, np.int64))
+
+
+def test_the_client_packs_blocks_as_the_server_does(pg_url: str) -> None:
+    """postings.pack against hybridkb_pack_postings (migration 015), block by block: narrow
+    blocks (offsets from the smallest rowid, past 2^32 too), wide ones (a span of 2^31 - 1
+    or more: 8-byte rowids from 0), one posting, extreme counts."""
+    hybridkb.open(pg_url, embedder=None).close()  # the schema, with the function
+    rng = random.Random(11)
+    blocks = [[5_000_000_000, 5_000_000_001, 5_000_000_007], [1, 3_000_000_000, 3_000_000_042],
+              [7, 2_147_483_654], [7, 2_147_483_653], [2**62, 2**62 + 9], [77],
+              sorted(rng.sample(range(1, 10**6), 300))]
+    rowids = np.array([r for b in blocks for r in b], np.int64)
+    nt = np.array([rng.choice([0, 1, 32767]) for _ in rowids], np.int64)
+    nb = np.array([rng.choice([0, 5, 300, 32767]) for _ in rowids], np.int64)
+    dl = np.array([rng.choice([1, 40, 2**31 - 1]) for _ in rowids], np.int64)
+    sizes = np.array([len(b) for b in blocks])
+    first = np.cumsum(sizes) - sizes
+    packed, starts = postings.pack(rowids, nt, nb, dl, first, first + sizes - 1)
+    ends = [*starts[1:].tolist(), len(packed)]
+    with psycopg.connect(pg_url) as conn:
+        for k, (a, b) in enumerate(zip(first.tolist(), (first + sizes).tolist(), strict=True)):
+            want = conn.execute(
+                "SELECT hybridkb_pack_postings(%s::bigint[], %s::smallint[], %s::smallint[], "
+                "%s::integer[])", [rowids[a:b].tolist(), nt[a:b].tolist(), nb[a:b].tolist(),
+                                   dl[a:b].tolist()]).fetchone()
+            assert want is not None and packed[starts[k]:ends[k]] == want[0], blocks[k][:3]

@@ -181,6 +181,15 @@ def test_writes_keep_the_index_current(stores: tuple[KnowledgeBase, KnowledgeBas
     assert "rebuilt the BM25 index from the items" in fast.backend.repair()  # type: ignore[attr-defined]
     assert fast.backend.integrity_problems() == []  # type: ignore[attr-defined]
     assert _same(fast, exact, area, _queries(12, 10), 30) >= 10
+    with psycopg.connect(pg_url) as conn:  # damage: packed bytes cut short, written past the trigger
+        conn.execute("ALTER TABLE bm25_blocks DISABLE TRIGGER bm25_blocks_pack")
+        conn.execute("UPDATE bm25_blocks SET packed = substring(packed FROM 1 FOR 20) "
+                     "WHERE lexeme = 'w2'")
+        conn.execute("ALTER TABLE bm25_blocks ENABLE TRIGGER bm25_blocks_pack")
+    problems = fast.backend.integrity_problems()  # type: ignore[attr-defined]
+    assert any("packed postings" in p for p in problems), problems
+    assert "rebuilt the BM25 index from the items" in fast.backend.repair()  # type: ignore[attr-defined]
+    assert fast.backend.integrity_problems() == []  # type: ignore[attr-defined]
 
 
 def test_bucket_bounds_hold_for_any_statistics() -> None:

@@ -11,9 +11,9 @@ that transaction meanwhile; smaller batches join the nearest lists of the live i
 The GIN index of the tsvectors follows the same rule for a COPY batch at least as large as
 the store (full-text searches wait for the transaction meanwhile).
 
-With BM25_BY_CLIENT (off by default), a COPY batch's BM25 blocks are built by the client
-(postings.py) with the insert trigger switched off: the batch goes in parts, and the
-client parses one part's tsvectors while the server writes the next.
+With BM25_BY_CLIENT (the default), a COPY batch's BM25 blocks are built by the client
+(postings.py), `packed` bytes included, with the insert trigger switched off: the batch
+goes in parts, and the client parses one part's tsvectors while the server writes the next.
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ COPY_MIN_BATCH = 100  # smaller batches: one INSERT ... SELECT unnest(...) is as
 INDEX_REBUILD_MIN = 5_000  # vectors in one batch before the index may be rebuilt for it
 GIN_REBUILD_MIN = 5_000  # new items in one COPY batch before the GIN index may be rebuilt for it
 # A COPY batch's BM25 blocks built in the client (postings.py) instead of by the trigger.
-# Off: it cut the server's CPU for a 100,000-item load by 18-30% but adds 14-28 s of
-# client CPU, and two alternating runs on the shared 2-core machine measured 0.94x and
-# 1.18x the wall time (docs/postgres.md, Bulk loads, third pass).
-BM25_BY_CLIENT = False
+# On since the blocks' `packed` bytes come from the client too (migration 016): a
+# 100,000-item load took 0.73-0.80x the server CPU and 0.78-0.82x the wall time of the
+# trigger's, for about 18 s more client CPU (docs/postgres.md, Bulk loads, fourth pass).
+BM25_BY_CLIENT = True
 COPY_PART = 5_000  # rows per COPY statement of a batch; the client parses one meanwhile
 LOCK_VECTORS = "hybridkb.vectors"
 
@@ -73,36 +73,50 @@ def _copy(conn: Connection[Any], columns: list[list[Any]],
             meanwhile()
 
 
-def copy_items(conn: Connection[Any], columns: list[list[Any]]) -> list[tuple[int, str, str | None]]:
-    """COPY new items (values by WRITE_COLUMNS); (rowid, id, embedded_hash) of each.
-    An id that exists already fails the COPY (UniqueViolation), as INSERT does.
+def copy_items(conn: Connection[Any], columns_of: Callable[[int, int], list[list[Any]]],
+               size: int) -> list[tuple[int, str, str | None]]:
+    """COPY `size` new items, whose values (by WRITE_COLUMNS) `columns_of(start, stop)`
+    computes; (rowid, id, embedded_hash) of each. An id that exists already fails the COPY
+    (UniqueViolation), as INSERT does.
 
     With BM25_BY_CLIENT, in COPY statements of COPY_PART rows with the BM25 trigger off:
-    each part's tsvectors are read back with its rowids and parsed while the server writes
-    the next part; the blocks of the whole batch go in at the end, one per (lexeme,
+    while the server writes a part, the client computes the next part's values (each
+    item's word print is most of that) and parses the previous part's tsvectors, read back
+    with its rowids; the blocks of the whole batch go in at the end, one per (lexeme,
     corpus, bucket), as the trigger writes them for one statement.
     """
     if not BM25_BY_CLIENT:
+        columns = columns_of(0, size)
         _copy(conn, columns)
         return [(int(r[0]), r[1], r[2]) for r in conn.execute(_WRITTEN, [columns[0]]).fetchall()]
     conn.execute(postings.SET_BY_CLIENT, ["on"])
     rows: list[tuple[int, str, str | None]] = []
-    parts: list[postings.Postings] = []
+    joined = postings.Joiner()
     pending: list[tuple[Any, ...]] = []
+    part = columns_of(0, min(COPY_PART, size))
+    ahead: list[list[list[Any]]] = []
 
     def parse_pending() -> None:
         if pending:
-            parts.append(postings.parse([r[3] for r in pending], [r[4] for r in pending],
-                                        np.array([r[5] for r in pending], np.int64)))
+            joined.add(postings.parse([r[3] for r in pending], [r[4] for r in pending],
+                                      np.array([r[5] for r in pending], np.int64)))
 
-    for start in range(0, len(columns[0]), COPY_PART):
-        part = [column[start:start + COPY_PART] for column in columns]
-        _copy(conn, part, parse_pending)
+    for start in range(0, size, COPY_PART):
+        following = start + COPY_PART
+
+        def meanwhile(following: int = following) -> None:
+            parse_pending()
+            if following < size:
+                ahead.append(columns_of(following, min(following + COPY_PART, size)))
+
+        _copy(conn, part, meanwhile)
         pending = conn.cursor(binary=True).execute(_WRITTEN_POSTINGS, [part[0]]).fetchall()
         rows += [(int(r[0]), r[1], r[2]) for r in pending]
+        if ahead:
+            part = ahead.pop()
     conn.execute(postings.SET_BY_CLIENT, ["off"])
     parse_pending()
-    postings.write_blocks(conn, [r[0] for r in rows], postings.join(parts))
+    postings.write_blocks(conn, [r[0] for r in rows], joined.result())
     return rows
 
 
@@ -176,15 +190,24 @@ class Batch:
     def __init__(self, items: Sequence[Item], vectors: Sequence[Vector | None],
                  content_hashes: Sequence[str], *, replace: bool,
                  prints: Sequence[int] | None = None) -> None:
-        self.items, self.vectors, self.replace = items, vectors, replace
-        self.columns: list[list[Any]] = [[] for _ in records.WRITE_COLUMNS]
-        for item, vec, chash, print_ in zip(items, vectors, content_hashes,
-                                            records.given_prints(prints, len(items)), strict=True):
-            values = records.write_values(item, chash, with_vector=vec is not None, print_=print_)
-            for column, value in zip(self.columns, values, strict=True):
-                column.append(value)
+        self.items, self.vectors, self.replace = list(items), list(vectors), replace
+        self.hashes = list(content_hashes)
+        self.prints = list(records.given_prints(prints, len(self.items)))
         self.with_vectors = [(item, vec) for item, vec in zip(items, vectors, strict=True)
                              if vec is not None]
+
+    def columns(self, start: int = 0, stop: int | None = None) -> list[list[Any]]:
+        """The WRITE_COLUMNS values of items[start:stop], column by column. Computed as
+        they are written (an item's word print is most of the work), so that a COPY
+        batch computes a part while the server writes the one before (copy_items)."""
+        columns: list[list[Any]] = [[] for _ in records.WRITE_COLUMNS]
+        span = slice(start, stop)
+        for item, vec, chash, print_ in zip(self.items[span], self.vectors[span],
+                                            self.hashes[span], self.prints[span], strict=True):
+            values = records.write_values(item, chash, with_vector=vec is not None, print_=print_)
+            for column, value in zip(columns, values, strict=True):
+                column.append(value)
+        return columns
 
     def write(self, conn: Connection[Any], index_min_rows: int) -> None:
         items, vectors = self.items, self.vectors
@@ -197,8 +220,8 @@ class Batch:
         gin = fresh and rebuild_gin_for(conn, len(items))
         if gin:  # searches wait for this transaction from here (the drop locks the table)
             conn.execute("DROP INDEX IF EXISTS items_tsv")
-        rows = (copy_items(conn, self.columns) if fresh
-                else conn.execute(statement, self.columns).fetchall())
+        rows = (copy_items(conn, self.columns, len(items)) if fresh
+                else conn.execute(statement, self.columns()).fetchall())
         if gin:
             conn.execute(CREATE_GIN)
         written = {r[1]: (r[0], r[2]) for r in rows}

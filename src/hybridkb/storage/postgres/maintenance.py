@@ -29,6 +29,10 @@ def integrity_problems(conn: Connection[Any], dim: int | None, indexed: bool, *,
     if row is not None and not row[0] == row[1] == row[2]:
         problems.append(f"the BM25 index holds {row[1]} postings (its counts say {row[2]}) "
                         f"for {row[0]} (lexeme, item) pairs")
+    row = conn.execute(q.PACKED_CHECK).fetchone()
+    if row is not None and row[0]:
+        problems.append(f"the BM25 index holds {row[0]} blocks whose packed postings do not "
+                        f"fit their count")
     if dim is None:
         return problems
     for label, check in q.VECTOR_CHECKS:
@@ -56,7 +60,7 @@ def repair(conn: Connection[Any], dim: int | None, problems: Sequence[str],
         conn.execute("INSERT INTO corpus_stats (corpus, shard, n_docs, total_len) "
                      "SELECT corpus, 0, count(*), coalesce(sum(length(tsv)), 0) FROM items GROUP BY corpus")
         done.append("recomputed the BM25 corpus statistics from the items")
-    if "BM25 index holds" in text:
+    if "BM25 index holds" in text:  # postings missing or extra, or packed wrongly
         conn.execute("LOCK TABLE items IN SHARE MODE")
         conn.execute("DELETE FROM bm25_blocks")
         conn.execute("DO $$ BEGIN EXECUTE hybridkb_bm25_sql('add', 'items'); END $$")

@@ -103,6 +103,14 @@ STATS_CHECK = sql.SQL(
 BM25_CHECK = sql.SQL(
     "SELECT (SELECT coalesce(sum(length(tsv)), 0) FROM items), "
     "coalesce(sum(cardinality(rowids)), 0), coalesce(sum(n), 0) FROM bm25_blocks")
+# Blocks whose `packed` bytes (migrations 015-016; the client writes them for COPY batches)
+# cannot hold their `n` postings: missing, or not a width byte (4 or 8) and 9 + n x
+# (width + 8) bytes. Reads the width by a slice and the length from the TOAST pointer, so
+# no block is fetched whole.
+PACKED_CHECK = sql.SQL(
+    "SELECT count(*) FROM bm25_blocks WHERE rowids IS NOT NULL AND (packed IS NULL OR "
+    "substring(packed FROM 1 FOR 1) NOT IN ('\\x04'::bytea, '\\x08'::bytea) OR octet_length(packed) "
+    "<> 9 + n * (get_byte(substring(packed FROM 1 FOR 1), 0) + 8))")
 VECTOR_CHECKS = tuple((label, sql.SQL(check)) for label, check in records.vector_checks("item_vectors"))
 
 
