@@ -6,10 +6,12 @@ Grouping them with array_agg was the largest part of a bulk load's server time, 
 server is one process while the client sits idle. So a COPY batch switches the trigger
 off (`BY_CLIENT`, transaction-local, migration 008), reads its rows' tsvectors back in
 binary (`tsvectorsend`), computes the same postings and buckets with numpy
-(`hybridkb_postings`, migration 004, rule by rule), groups them and inserts the blocks,
-all in the write's transaction; bulk.py parses one part of a batch while the server
-writes the next. The rows are those the trigger writes (tests/test_pg_postings.py
-compares the tables).
+(`hybridkb_postings`, migration 004, rule by rule), groups them, lays out each block's
+`packed` bytes (`pack`, as hybridkb_pack_postings would: packing in SQL was half of the
+trigger's server time since migration 015; migration 016 lets the client write them) and
+inserts the blocks, all in the write's transaction; bulk.py parses one part of a batch
+while the server writes the next. The rows are those the trigger writes, byte for byte
+(tests/test_pg_postings.py compares the tables).
 """
 
 from __future__ import annotations
