@@ -190,7 +190,7 @@ def test_a_store_of_the_old_format_is_carried_over(pg_url: str) -> None:
             DROP TRIGGER bm25_blocks_pack ON bm25_blocks;
             DROP FUNCTION hybridkb_bm25_pack();
             DROP FUNCTION hybridkb_pack_postings(bigint[], smallint[], smallint[], integer[]);
-            DELETE FROM schema_migrations WHERE name LIKE '015%' OR name LIKE '016%';
+            DELETE FROM schema_migrations WHERE name LIKE '015%' OR name LIKE '016%' OR name LIKE '017%';
         """)
         assert conn.execute("SELECT get_byte(packed, 0) FROM bm25_blocks LIMIT 1").fetchone() == (0,)
     reader = hybridkb.open(pg_url, embedder=None)
