@@ -191,7 +191,8 @@ def test_a_copy_batch_as_large_as_the_store_rebuilds_the_gin_index(
     """The GIN index of the tsvectors is dropped before a COPY batch at least as large as
     the store and built again in the same transaction: present and used afterwards, the
     same answers as the exact statement; a smaller batch goes into the live index, and a
-    batch failing after its COPY leaves the old index as it was."""
+    batch failing after its COPY (in the build itself, or later) leaves the old index as it
+    was."""
     monkeypatch.setattr(bulk, "GIN_REBUILD_MIN", 100)
     index_oid = "SELECT to_regclass('items_tsv')::oid"
     from hybridkb.textquery import parse
@@ -219,6 +220,11 @@ def test_a_copy_batch_as_large_as_the_store_rebuilds_the_gin_index(
                 parse(text), area, 20)) for store in (kb, exact))
             assert got and got == want  # the same hits and scores (to the last bits)
         assert kb.backend.integrity_problems() == []
+        with monkeypatch.context() as patch:  # the build fails: so does the batch
+            patch.setattr(bulk, "CREATE_GIN", "CREATE INDEX items_tsv ON items USING gin (nothing)")
+            with pytest.raises(hybridkb.StoreError):
+                kb.add_many(_items(2000, 700), batch_size=700)
+        assert conn.execute(index_oid).fetchone() == third and kb.count() == 570
 
         def broken(*args: object) -> None:
             raise psycopg.errors.DiskFull("no space left for the vectors")
@@ -227,6 +233,7 @@ def test_a_copy_batch_as_large_as_the_store_rebuilds_the_gin_index(
         with pytest.raises(hybridkb.StoreError):
             kb.add_many(_items(1000, 700), batch_size=700)
         assert conn.execute(index_oid).fetchone() == third and kb.count() == 570
+        assert kb.backend.integrity_problems() == []
 
 
 def test_a_first_batch_reads_the_vector_dimension_once(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
