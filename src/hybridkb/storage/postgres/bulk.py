@@ -39,9 +39,9 @@ COPY_MIN_BATCH = 100  # smaller batches: one INSERT ... SELECT unnest(...) is as
 INDEX_REBUILD_MIN = 5_000  # vectors in one batch before the index may be rebuilt for it
 GIN_REBUILD_MIN = 5_000  # new items in one COPY batch before the GIN index may be rebuilt for it
 # A COPY batch's BM25 blocks built in the client (postings.py) instead of by the trigger.
-# On since the blocks' `packed` bytes come from the client too (migration 016): a
-# 100,000-item load took 0.73-0.80x the server CPU and 0.78-0.82x the wall time of the
-# trigger's, for about 18 s more client CPU (docs/postgres.md, Bulk loads, fourth pass).
+# On since the blocks' `packed` bytes come from the client too (migration 016): four
+# 100,000-item loads took 0.71-0.82x the server CPU and 0.73-0.85x the wall time of the
+# trigger's, for 17-23 s more client CPU (docs/postgres.md, Bulk loads, fourth pass).
 BM25_BY_CLIENT = True
 COPY_PART = 5_000  # rows per COPY statement of a batch; the client parses one meanwhile
 LOCK_VECTORS = "hybridkb.vectors"

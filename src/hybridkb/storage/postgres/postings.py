@@ -24,6 +24,8 @@ import numpy as np
 from psycopg.adapt import Dumper
 from psycopg.pq import Format
 
+from . import blockcache
+
 if TYPE_CHECKING:
     from psycopg import Connection
 
@@ -55,7 +57,6 @@ _WEIGHT_A = 3  # WordEntryPos: the weight in the top two bits, A = 3
 _TEXT_EDGES = np.array([8, 12, 16, 24, 32, 64, 128])  # text count classes 8..14 start here
 _WIDTH = 16  # lexemes up to this many bytes are told apart by numpy, as two 64-bit words
 _BUCKETS = 16384  # bucket numbers are below this ((5 * 16 + 14) * 128 + 127)
-PACK_HEADER = 9  # `packed`: a width byte and a base rowid (blockcache.HEADER reads it)
 _NARROW_SPAN = 2_147_483_647  # a block whose rowids span less holds them as 4-byte offsets
 
 
@@ -233,7 +234,8 @@ class Blocks:
     def params(self, rowids: np.ndarray, blocks: slice | None = None) -> list[Any]:
         """`_INSERT`'s parameters for `blocks` (all by default), `rowids` the batch's rowids
         in batch order (increasing)."""
-        blocks = blocks or slice(0, self.first.size)
+        if blocks is None:
+            blocks = slice(0, self.first.size)
         first, last = self.first[blocks], self.last[blocks]
         postings = slice(int(first[0]), int(last[-1]) + 1) if first.size else slice(0, 0)
         ids = rowids[self.items[postings]]
@@ -262,14 +264,14 @@ def pack(rowids: np.ndarray, nt: np.ndarray, nb: np.ndarray, dl: np.ndarray,
     lo, hi = rowids[first], rowids[last]
     wide = hi - lo >= _NARROW_SPAN
     width = np.where(wide, 8, 4)
-    size = PACK_HEADER + count * (width + 8)
+    size = blockcache.HEADER + count * (width + 8)
     start = np.cumsum(size) - size
     out = np.zeros(int(size.sum()), np.uint8)
     out[start] = width
     _put(out, start + 1, np.where(wide, 0, lo), ">i8")
     block = np.repeat(np.arange(first.size), count)
     rank = np.arange(rowids.size) - first[block]
-    at, n = start[block] + PACK_HEADER, count[block]
+    at, n = start[block] + blockcache.HEADER, count[block]
     narrow = ~wide[block]
     _put(out, (at + 4 * rank)[narrow], rowids[narrow] - lo[block][narrow], ">i4")
     _put(out, (at + 8 * rank)[~narrow], rowids[~narrow], ">i8")
@@ -316,11 +318,10 @@ class Joiner:
     def result(self) -> Postings:
         if len(self.parts) == 1:
             return self.parts[0]
-        nt, nb, dl, bucket = (np.concatenate([getattr(p, f) for p in self.parts] or [np.zeros(0, np.int64)])
+        nt, nb, dl, bucket = (np.concatenate([getattr(p, f) for p in self.parts])
                               for f in ("nt", "nb", "dl", "bucket"))
-        empty = [np.zeros(0, np.int64)]
-        return Postings(self.corpora, list(self.number), np.concatenate(self.item or empty),
-                        np.concatenate(self.lexeme or empty), nt, nb, dl, bucket)
+        return Postings(self.corpora, list(self.number), np.concatenate(self.item),
+                        np.concatenate(self.lexeme), nt, nb, dl, bucket)
 
 
 def join(parts: Sequence[Postings]) -> Postings:
