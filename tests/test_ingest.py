@@ -72,6 +72,21 @@ def test_markdown_sections_carry_their_heading_path() -> None:
     assert "# a comment, not a heading" in chunks[2].text
 
 
+def test_a_heading_without_a_body_is_a_chunk_unless_its_child_follows() -> None:
+    lone = chunk_markdown("# Zebra quokka handling: the frobnicator_v9\n")
+    assert [(c.text, c.heading, c.start_line, c.end_line) for c in lone] == [
+        ("# Zebra quokka handling: the frobnicator_v9", "Zebra quokka handling: the frobnicator_v9", 1, 1)]
+    text = "# A one\n# B two\n\n## B child\nbody\n\n# C three\n\n---\n\nSetext D\n--------\n"
+    chunks = chunk_markdown(text)
+    assert [(c.heading, c.start_line, c.end_line) for c in chunks] == [
+        ("A one", 1, 1),                # a sibling follows: its words are nowhere else
+        ("B two > B child", 4, 5),      # B's child carries B in its heading path
+        ("C three", 7, 9),              # a rule is a body
+        ("C three > Setext D", 11, 12),
+    ]
+    assert chunk_markdown("#\n\n##\n") == []  # empty headings say nothing
+
+
 def test_markdown_long_section_is_split_by_paragraphs() -> None:
     paragraph = " ".join(["retrieval"] * 40)  # ~400 characters
     text = "# Long\n\n" + "\n\n".join(f"{i} {paragraph}" for i in range(10)) + "\n\n# Next\n\nshort\n"

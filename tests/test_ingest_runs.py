@@ -232,6 +232,27 @@ def test_a_single_file_is_indexed_alone_or_within_its_corpus_folder(store: Knowl
         index_folder(store, tmp_path, "repo")
 
 
+def test_a_heading_only_file_is_indexed_reported_and_found(kb: KnowledgeBase, tmp_path: Path) -> None:
+    root = tmp_path / "h"
+    _write(root, {"zebra.md": "# Zebra quokka handling: the frobnicator_v9\n",
+                  "other.md": "# Other\n\nSome unrelated body text about cats.\n"})
+    summary = index_folder(kb, root, "notes")
+    assert summary.chunks_added == 2
+    assert [c.line() for c in summary.changes if c.path == "zebra.md"] == ["added zebra.md (+1)"]
+    item = kb.get("notes:zebra.md#zebra-quokka-handling-the-frobnicator_v9")
+    assert item.title == "zebra.md › Zebra quokka handling: the frobnicator_v9"
+    assert item.metadata["heading"] == "Zebra quokka handling: the frobnicator_v9"
+    for mode in ("fts", "hybrid"):
+        assert kb.search("frobnicator_v9", mode=mode).hits[0].id == item.id
+
+
+def test_cli_index_reports_a_heading_only_file(tmp_path: Path) -> None:
+    root = tmp_path / "h"
+    _write(root, {"zebra.md": "# Zebra quokka handling: the frobnicator_v9\n"})
+    code, out, _ = _invoke("index", str(root), "--corpus", "notes", db=tmp_path / "kb.db")
+    assert code == 0 and "chunks 1 added" in out
+
+
 # -- one bad file never stops a run (#13) ---------------------------------------------------
 
 

@@ -192,8 +192,9 @@ def _headings(lines: Sequence[str]) -> list[_Heading]:
 def chunk_markdown(text: str, *, max_chars: int = MAX_CHARS) -> list[Chunk]:
     """One chunk per section, headed by its heading path ("Guide > Install"); long ones by paragraphs.
 
-    Text before the first heading is a chunk with no heading; a heading with no
-    body of its own yields nothing (its children carry it in their path).
+    Text before the first heading is a chunk with no heading. A heading with no body
+    of its own is a chunk of its heading lines, so its words are found, unless a deeper
+    heading follows it at once: that child's chunks carry it in their heading path.
     """
     lines = split_lines(text)
     heads = _headings(lines)
@@ -208,6 +209,11 @@ def chunk_markdown(text: str, *, max_chars: int = MAX_CHARS) -> list[Chunk]:
         path = " > ".join(title for _, title in stack if title) or None
         end = heads[n + 1].line if n + 1 < len(heads) else len(lines)
         if not any(lines[i].strip() for i in range(head.line + head.size, end)):
+            child = n + 1 < len(heads) and heads[n + 1].level > head.level
+            if not child and head.title:
+                only = Chunk("\n".join(lines[head.line:head.line + head.size]), path,
+                             head.line + 1, head.line + head.size)
+                out.extend(split_long(only, max_chars))
             continue
         whole = make_chunk(lines, head.line, end, path)
         if whole is not None and len(whole.text) <= max_chars:

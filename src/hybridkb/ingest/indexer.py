@@ -34,7 +34,7 @@ from .formats import NotebookError, chunk_html, chunk_notebook
 from .languages import FileType, looks_minified
 from .walk import Loaded, Skipped, SourceFile, Unindexable, find_files, load, shown
 
-CHUNKER_VERSION = 1  # bump when chunking changes, so unchanged files are re-chunked once
+CHUNKER_VERSION = 2  # bump when chunking changes, so unchanged files are re-chunked once
 WRITE_CHUNKS = 64  # commit when this many chunks wait...
 WRITE_SECONDS = 0.25  # ...or this long after the last commit: little is lost to an interrupt
 
