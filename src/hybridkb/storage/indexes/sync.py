@@ -46,7 +46,7 @@ FEED_CHUNK_S = 30.0
 # A chunk replays into its own writer a gap of up to this many changes (the batches written
 # while the chunk before it committed aside); a larger gap is committed first, in steps of
 # CATCH_UP_BATCH. Each step is a segment: at 1M items, gaps of 20,000+ left six small
-# segments that every search then visited (docs/benchmarks.md, thirteenth pass).
+# segments that every search then visited (2026-11-28; git history of docs/benchmarks.md).
 FEED_REPLAY_MAX = 250_000
 # Indexing threads of a bulk feed's writer. The writing thread (rows, prints, documents:
 # ~300 us an item) is the bound, and one indexing thread keeps up with it; a second one
@@ -477,7 +477,7 @@ class TextIndexSync:
         """Commit the chunk on another thread. tantivy's commit and the merges it waits for
         (seconds a chunk at a million items) let go of the GIL, so this thread writes on
         meanwhile; the batches it writes until then wait in the log and the next chunk
-        replays them from the store (docs/benchmarks.md, "the chunk's commit aside"). This
+        replays them from the store (measured 2026-11-28; git history of docs/benchmarks.md). This
         thread keeps the folder's lock (it is this thread's: `_exclusive`) and lets it go
         once the commit is done (`_ended`)."""
         ending = _Feed(thread=feed.thread, index=feed.index, writer=feed.writer, seq=feed.seq)

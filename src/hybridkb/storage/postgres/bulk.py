@@ -41,7 +41,7 @@ GIN_REBUILD_MIN = 5_000  # new items in one COPY batch before the GIN index may 
 # A COPY batch's BM25 blocks built in the client (postings.py) instead of by the trigger.
 # On since the blocks' `packed` bytes come from the client too (migration 016): four
 # 100,000-item loads took 0.71-0.82x the server CPU and 0.73-0.85x the wall time of the
-# trigger's, for 17-23 s more client CPU (docs/postgres.md, Bulk loads, fourth pass).
+# trigger's, for 17-23 s more client CPU (2026-11-28; git history of docs/postgres.md).
 BM25_BY_CLIENT = True
 COPY_PART = 5_000  # rows per COPY statement of a batch; the client parses one meanwhile
 LOCK_VECTORS = "hybridkb.vectors"

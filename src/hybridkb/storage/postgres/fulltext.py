@@ -46,8 +46,8 @@ READ_PARTS = 4
 PART_MIN = 50_000
 _CHECK_CHUNK = 4  # documents checked against the filters: this many times k at first
 # A selective filter's kept rows are scored from their tsvectors when there are fewer than
-# the query's postings over this; else from the postings (scoped; measured in
-# docs/benchmarks.md, issue #16 tenth pass).
+# the query's postings over this; else from the postings (scoped; measured
+# 2026-11-27, git history of docs/benchmarks.md).
 SCOPED_POSTINGS_PER_ROW = 1000
 MAX_UNSURE = 64  # candidates left to score one by one before the reads stop
 # Early stop only: when more are left, up to this many of the likeliest (best upper

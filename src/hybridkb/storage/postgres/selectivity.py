@@ -28,8 +28,8 @@ def most_kept_rows(store_items: float, depth: int) -> float:
     """The most rows a selective filter keeps: past it the index paths are faster. The
     exact paths read every kept row; the index paths read about depth * store / kept
     candidates before `depth` of them pass, so the two cost the same at
-    sqrt(KEPT_ROW_COST * depth * store) kept rows. Measured (docs/benchmarks.md, issue #16
-    tenth pass): at 1,000,000 items the kept rows were faster up to 26,448 (2.6%) and the
+    sqrt(KEPT_ROW_COST * depth * store) kept rows. Measured (2026-11-27; git history of
+    docs/benchmarks.md): at 1,000,000 items the kept rows were faster up to 26,448 (2.6%) and the
     indexes from 52,896 (5.3%); at 100,000, 8,816 (8.8%) and 17,632; this gives 38,700
     and 12,200 at a depth of 300."""
     return math.sqrt(KEPT_ROW_COST * max(depth, 10) * max(store_items, 0.0))

@@ -48,7 +48,7 @@ BUSY_TIMEOUT_S = 30.0
 # Off by default: reading pages through a memory map (`mmap_mb`, e.g. 65536) cuts a
 # search's first read of its items by about 40%, but a store file truncated or unreadable under an
 # open handle then kills the process with SIGBUS instead of raising StoreError
-# (docs/benchmarks.md, ninth pass). SQLite clamps it to its build's limit.
+# (2026-11-27; git history of docs/benchmarks.md). SQLite clamps it to its build's limit.
 MMAP_MB = 0
 CONCURRENT_MIN = 20_000  # items past which a hybrid search's two retrievals run at once
 _READ_COLUMNS = ", ".join(records.READ_COLUMNS)

@@ -68,7 +68,7 @@ def enable_wal(conn: Any, timeout: float) -> None:
 # A new store's page size. At SQLite's default 4 KB a page holds two 1,536-byte vectors of the
 # vector table (a quarter of it empty); at 8 KB, five. 100k benchmark items, two alternate
 # pairs: 4,365 -> 3,685 bytes an item, ingest 2,797 / 2,852 -> 2,976 / 2,996 items/s, first-time
-# searches no slower (docs/benchmarks.md, eleventh pass).
+# searches no slower (2026-11-27; git history of docs/benchmarks.md).
 PAGE_SIZE = 8192
 
 
