@@ -135,6 +135,8 @@ class Service:
         if self.allowed is not None:
             data["corpora"] = {c: n for c, n in data["corpora"].items() if c in self.allowed}
             data["items"] = sum(data["corpora"].values())
+            for key in ("items_without_vectors", "awaiting_embedding"):  # store-wide counts
+                data.pop(key, None)
         data["read_only"] = self.read_only
         return data
 
@@ -156,9 +158,29 @@ class Service:
         if not isinstance(text, str):
             raise InvalidInputError("an item needs a text (a string)")
         data["corpus"] = self._writable(data.get("corpus"), "default")
+        if self.allowed is not None and data.get("id") is not None:
+            self._own_id(data["id"], replace)
         write = self.kb.upsert if replace else self.kb.add
         new_id = write(text, **data)
         return {"id": new_id, "corpus": data["corpus"]}
+
+    def _own_id(self, item_id: Any, replace: bool) -> None:
+        """Ids are store-wide: on a server limited to some corpora a caller's id must name one
+        of their items (to replace it, or to be told it exists). An id that is unused, or
+        held by an item this server may not see, gets one answer, so neither is revealed."""
+        if not isinstance(item_id, str):
+            return  # the store's own check names the problem
+        found = self.kb.get_many([item_id], include_expired=True)
+        if found and self._visible(found[0].corpus):
+            return  # replace it, or "already exists" (the caller can see it anyway)
+        assert self.allowed is not None
+        if replace:
+            raise NotFoundError(f"no item with id {item_id!r} to replace on this server (it is "
+                                f"limited to corpora {', '.join(self.allowed)})")
+        raise InvalidInputError(
+            f"this server assigns the ids of new items (it is limited to corpora "
+            f"{', '.join(self.allowed)}, and ids are store-wide): leave out id {item_id!r}, or "
+            "replace an item of these corpora")
 
     def remember(self, body: Mapping[str, Any]) -> dict[str, Any]:
         data = dict(body)
