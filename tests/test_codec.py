@@ -86,3 +86,23 @@ def test_query_vector_checks_size_and_drops_non_finite() -> None:
 def test_normalized_scales_finite_vectors_whose_squares_overflow() -> None:
     vec = codec.normalized([3e30, -4e30, 0.0], 3, label="item 'v'")
     assert vec.tolist() == pytest.approx([0.6, -0.8, 0.0])
+
+
+def test_the_asked_queries_pack_their_vectors_with_the_codec() -> None:
+    """storage/asked.py keeps query vectors in the codec's blob layout, and no module but
+    the codec spells that layout itself."""
+    from pathlib import Path
+
+    from hybridkb.storage import asked
+
+    vec = np.array([0.25, -1.5, 3.0], dtype=np.float64)
+    kept = asked.row(vec)
+    assert kept is not None and kept[1] == 3 and kept[2] == codec.to_blob(vec)
+    rows = [(i + 1, codec.to_blob(np.roll([1.0, 2.0, 2.0], i))) for i in range(asked.MIN_ASKED)]
+    matrix, newest = asked.decode(rows, 3)
+    assert matrix is not None and newest == asked.MIN_ASKED
+    assert np.allclose(matrix[0], [1 / 3, 2 / 3, 2 / 3])
+    src = Path(codec.__file__).parents[1]
+    spelled = [p.relative_to(src).as_posix() for p in src.rglob("*.py")
+               if p.name != "codec.py" and ('"<f4"' in p.read_text() or "'<f4'" in p.read_text())]
+    assert spelled == []

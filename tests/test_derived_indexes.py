@@ -238,3 +238,24 @@ def test_searches_name_the_right_items_after_every_write(db: Path) -> None:
     assert not kb.backend._read("SELECT name FROM sqlite_master WHERE name LIKE 'item_keys%'")
     assert kb.backend.integrity_problems() == []
     kb.close()
+
+
+def test_the_index_folder_ignores_itself_in_git(tmp_path: Path) -> None:
+    """README's first command inside a git work tree: `git status` shows the store file, never
+    its derived index folder (it holds a `.gitignore` of `*`)."""
+    git = shutil.which("git")
+    if git is None:
+        pytest.skip("git is not installed")
+    from click.testing import CliRunner
+
+    from hybridkb.cli import cli
+
+    subprocess.run([git, "init", "-q", str(tmp_path)], check=True)
+    db = tmp_path / "demo.db"
+    result = CliRunner().invoke(cli, ["--db", str(db), "--embedder", "hashing-32", "demo"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "demo.db.idx" / ".gitignore").read_text() == "*\n"
+    assert (tmp_path / "demo.db.idx" / "text").is_dir() and (tmp_path / "demo.db.idx" / "vectors").is_dir()
+    status = subprocess.run([git, "status", "--porcelain", "--untracked-files=all"], cwd=tmp_path,
+                            capture_output=True, text=True, check=True).stdout
+    assert "demo.db.idx" not in status and "demo.db" in status

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from ..model import StoredItem, iso
 
@@ -26,13 +26,22 @@ class HitOut(BaseModel):
         "the best-matching line)."))
     score: float
     source: str = Field(description="Human-readable source label, e.g. [wiki: Page Title].")
-    url: str | None
+    url: str | None = Field(default=None, description="The source's URL, when it has one.")
     path: str | None = Field(default=None, description=(
         "For a hit from an indexed file: its path, relative to the indexed folder."))
     line: int | None = Field(default=None, description=(
         "The file line that best matches the query (the snippet shows the lines around it)."))
     start_line: int | None = Field(default=None, description="The hit's first line in its file.")
     end_line: int | None = Field(default=None, description="The hit's last line in its file.")
+
+    @model_serializer(mode="wrap")
+    def _leave_out_nulls(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A hit without a file or URL (a memory) carries no null file fields: agents pay per token."""
+        data: dict[str, Any] = handler(self)
+        return {k: v for k, v in data.items() if v is not None or k not in _OPTIONAL_HIT_FIELDS}
+
+
+_OPTIONAL_HIT_FIELDS = frozenset({"url", "path", "line", "start_line", "end_line"})
 
 
 class SearchOut(BaseModel):

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from . import codec
 from .workers import Workers
 
 KEEP = 512  # the most recent distinct query vectors a store keeps
@@ -75,10 +76,10 @@ def keep(cursor: Any, rows: Sequence[Row], now: float, mark: str) -> None:
 
 def row(vector: Any) -> Row | None:
     """A query vector as a row to keep; None when it has no direction (nothing to measure)."""
-    v = np.asarray(vector, dtype="<f4").reshape(-1)
+    v = codec.as_array(vector)
     if v.size == 0 or not np.all(np.isfinite(v)) or not np.any(v):
         return None
-    raw = v.tobytes()
+    raw = codec.to_blob(v)
     digest = int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "little", signed=True)
     return digest, int(v.size), raw
 
@@ -90,7 +91,7 @@ def decode(rows: Sequence[tuple[Any, Any]], dim: int) -> tuple[npt.NDArray[np.fl
     blobs = [bytes(r[1]) for r in rows if len(bytes(r[1])) == 4 * dim]
     if len(blobs) < MIN_ASKED:
         return None, newest
-    matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), dim).astype(np.float32)
+    matrix = codec.matrix_from_blobs(blobs, dim)
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     out: npt.NDArray[np.float32] = (matrix / np.maximum(norms, 1e-12)).astype(np.float32)
     return out, newest

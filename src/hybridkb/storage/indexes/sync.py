@@ -26,6 +26,18 @@ from .text import IndexUnusable, StateReader, TextIndex, read_state
 from .text_delta import TextDelta
 from .text_schema import TITLE_REPEAT, TextDoc, to_document
 
+IGNORE_ALL = "*\n"
+
+
+def make_index_root(root: Path) -> None:
+    """The store's index folder, with a `.gitignore` of `*` in it: a store kept inside a git
+    work tree leaves its derived indexes (rebuildable, large) out of `git status`."""
+    root.mkdir(parents=True, exist_ok=True)
+    ignore = root / ".gitignore"
+    if not ignore.exists():
+        with contextlib.suppress(OSError):  # a read-only folder: the indexes matter, this does not
+            ignore.write_text(IGNORE_ALL, encoding="utf-8")
+
 try:  # POSIX; elsewhere only one process may use a store's derived indexes at a time
     import fcntl
 except ImportError:  # pragma: no cover
@@ -185,7 +197,7 @@ class TextIndexSync:
                 self._held.depth -= 1
             return
         if self.folder is not None:
-            self.folder.parent.mkdir(parents=True, exist_ok=True)
+            make_index_root(self.folder.parent)
         with _file_lock(self._lock_path):
             self._held.depth = 1
             try:

@@ -28,7 +28,7 @@ import numpy as np
 from ...progress import ProgressFactory, no_progress
 from .. import asked
 from . import vector_base
-from .sync import _file_lock, close_at_exit
+from .sync import _file_lock, close_at_exit, make_index_root
 from .vector_base import BaseUnusable, Batch, RowIds, Vector, VectorBase, Wanted
 from .vector_math import dot_rows
 
@@ -248,7 +248,8 @@ class VectorIndexSync:
         _, head = self.source.log_bounds()  # read first: later writes stay in the delta
         generation = f"g{head:012d}-{uuid.uuid4().hex[:8]}"
         target = self.folder / generation
-        self.folder.mkdir(parents=True, exist_ok=True)
+        make_index_root(self.folder.parent)
+        self.folder.mkdir(exist_ok=True)
         vector_base.build(target, dim, head, self.source.iter_vectors(dim), self.source.vector_count(),
                           ann=ann, codes=self._wants_codes(), progress=self.progress,
                           cancelled=lambda: self._closed, asked=self._asked(dim))
@@ -264,7 +265,8 @@ class VectorIndexSync:
         if self.folder is None:
             yield True
             return
-        self.folder.mkdir(parents=True, exist_ok=True)
+        make_index_root(self.folder.parent)
+        self.folder.mkdir(exist_ok=True)
         if wait:
             with _file_lock(self.folder / f"{what}.lock"):
                 yield True
