@@ -32,7 +32,8 @@ def published(db: Path) -> Path | None:
     with hybridkb.open(str(db), embedder=None) as kb:
         row = kb.backend._changes.published("vectors")
         assert kb.backend.index_dir is not None
-        return None if row is None else kb.backend.index_dir / "vectors" / row[0]
+        return None if row is None else kb.backend.index_dir / "vectors" / \
+            vector_base.split_generation(row[0])[0]
 
 
 def test_optimize_builds_the_text_index_and_the_graph(store: Path, monkeypatch: pytest.MonkeyPatch

@@ -12,7 +12,9 @@ passes on the same pseudo-queries (vector_recall.py); searches use the faster of
 reach recall@10 0.95, or scan exactly. Nothing is loaded whole: opening a generation maps
 its files. A generation is
 built in a temporary folder and published by renaming it into place; the store then
-records it (see vectors.py).
+records it (see vectors.py). Its files are never rewritten: measuring its passes again on
+other queries (the store's own, once it has kept enough) adds a small `measured-K.json`
+beside them, and the store records the generation as `<folder>@K` (`generation_name`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ Vector = npt.NDArray[np.float32]
 RowIds = npt.NDArray[np.int64]
 
 FORMAT = 2
+MEASURED = "measured-{}.json"  # a later measurement of a generation's passes (remeasure)
+_AT = "@"  # a published generation's name: its folder, then "@K" once measured again
 # Below this many vectors a base keeps no first pass: an exact scan of the mapped matrix is
 # fast enough (about 2.5 ms at 20k x 384 on our 2-core machines) and exact.
 CODES_MIN_ROWS = 30_000
@@ -121,6 +125,7 @@ class VectorBase:
     # queries) and the seq of the newest of them.
     asked: int = 0
     asked_through: int = 0
+    measurement: int = 0  # which measured-K.json overlays meta.json (0: none)
 
     @property
     def incomplete(self) -> bool:
@@ -161,11 +166,18 @@ class VectorBase:
         return keep
 
     @classmethod
-    def open(cls, folder: Path, *, with_ann: bool = True) -> VectorBase:
+    def open(cls, folder: Path, *, with_ann: bool = True, measurement: int = 0) -> VectorBase:
+        """The generation in `folder`, with its passes as measured at its build or, given
+        `measurement`, as measured again later (`measured-K.json`)."""
         try:
             meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
             if meta.get("format") != FORMAT:
                 raise BaseUnusable(f"vector base format {meta.get('format')} is not {FORMAT}")
+            if measurement:
+                later = json.loads((folder / MEASURED.format(measurement)).read_text(encoding="utf-8"))
+                if meta.get("codes") and later.get("codes"):
+                    later["codes"] = {**meta["codes"], **later["codes"]}
+                meta.update(later)
             n, dim = int(meta["n"]), int(meta["dim"])
 
             def mapped(name: str, dtype: Any, shape: tuple[int, ...]) -> Any:
@@ -203,7 +215,7 @@ class VectorBase:
                    rescore=rescore, codes_recall=coded.get("recall") if coded else None,
                    asked=int(meta.get("asked", {}).get("count", 0)),
                    asked_through=int(meta.get("asked", {}).get("through", 0)),
-                   first_pass=_first_pass(meta, graph=ann is not None and graph_ok,
+                   measurement=measurement, first_pass=_first_pass(meta, graph=ann is not None and graph_ok,
                                           codes=codes is not None and rescore is not None))
 
     def __len__(self) -> int:
@@ -255,6 +267,46 @@ def _first_pass(meta: dict[str, Any], *, graph: bool, codes: bool) -> str | None
         graph_s = meta.get("graph_seconds", float("inf"))
         return "codes" if meta["codes"]["seconds"] <= graph_s else "graph"
     return "graph" if graph else "codes" if codes else None
+
+
+def generation_name(folder: str, measurement: int) -> str:
+    """What the store records for a generation folder measured `measurement` times since its
+    build (0: as built): a later measurement is a new name, so every reader opens it again."""
+    return folder if not measurement else f"{folder}{_AT}{measurement}"
+
+
+def split_generation(name: str) -> tuple[str, int]:
+    """A recorded generation name -> (its folder, its measurement)."""
+    folder, _, k = name.partition(_AT)
+    return folder, int(k) if k.isdigit() else 0
+
+
+def remeasure(base: VectorBase, queries: npt.NDArray[np.float32], through: int) -> dict[str, Any]:
+    """The base's first passes measured again on `queries` (the store's own, storage/asked.py,
+    the newest one's seq `through`): what `write_measurement` keeps. The matrix, codes and
+    graph stay as they are; only the effort searches use, and its recall, can change."""
+    probed = Probe(queries, kth_scores(base.matrix, queries), sampled=True)
+    measured: dict[str, Any] = {"asked": {"count": len(queries), "through": int(through)}}
+    if base.codes is not None and base.center is not None:
+        found = vector_codes.calibrate(base.codes, base.center, base.matrix, probed)
+        measured["codes"] = {"rescore": found.rescore, "recall": found.recall,
+                             "seconds": round(found.seconds, 6)}
+    if base.ann is not None:
+        graph = calibrate(base.ann, base.matrix, np.asarray(base.rowids), probed=probed)
+        measured.update(ef=graph.ef, recall=graph.recall, graph_seconds=round(graph.seconds, 6))
+        base.ann.expansion_search = base.ef  # as searches of this (older) measurement expect
+    return measured
+
+
+def write_measurement(folder: Path, measurement: int, measured: dict[str, Any]) -> None:
+    """`measured-K.json` written whole (a temporary file renamed into place)."""
+    path = folder / MEASURED.format(measurement)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(measured))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def _unit(matrix: Vector) -> Vector:

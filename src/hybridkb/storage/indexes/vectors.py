@@ -8,7 +8,14 @@ few percent of the base, or the base lacks the graph its size calls for, a backg
 thread builds the next generation from the store and publishes it (rename, then one
 row in the store), so writes and searches never wait for a graph build. Only a store
 with no usable base at all builds one before answering (a copy with its one-bit codes,
-no graph).
+no graph). Measuring the passes again on the store's asked queries, with no vector
+changed since the build, adds a measurement to the generation instead of building one.
+
+A superseded generation is removed as soon as the next one is published: a reader that
+opened it keeps its memory maps (an unlinked file stays readable while mapped, on Linux),
+and a reader that had not opened it yet finds the newer one recorded (`_current_base`).
+What a crash or a killed process left (a temporary folder, a generation never published
+or never removed) goes at the first look at the folder in the next process.
 """
 
 from __future__ import annotations
@@ -51,7 +58,7 @@ class VectorSource(Protocol):
     def vectors(self, rowids: Sequence[int], dim: int) -> Batch: ...
     def iter_vectors(self, dim: int, batch_size: int = 4096) -> Iterator[Batch]: ...
     def vector_count(self) -> int: ...
-    def published(self, name: str) -> tuple[str, int, int] | None: ...
+    def published(self, name: str, *, fresh: bool = False) -> tuple[str, int, int] | None: ...
     def publish(self, name: str, generation: str, seq: int, dim: int) -> None: ...
     def asked_queries(self, dim: int) -> tuple[Any, int]: ...
     def asked_after(self, dim: int, seq: int) -> int: ...
@@ -111,7 +118,9 @@ class VectorIndexSync:
         self._delta: VectorDelta | None = None
         self._worker: threading.Thread | None = None
         self._closed = False
+        self._swept = False
         self.builds = 0
+        self.measurements = 0  # measurements added to a generation (no new matrix)
         close_at_exit(self)
 
     # -- reading --------------------------------------------------------------------------------
@@ -182,17 +191,58 @@ class VectorIndexSync:
     def _current_base(self, dim: int) -> VectorBase | None:
         if self.folder is None:
             return None
+        if not self._swept:
+            self._swept = True
+            self._sweep()
         row = self.source.published(self.NAME)
         if row is None or row[2] != dim:
             self._base, self._base_key = None, None
             return None
         if row != self._base_key:
             try:
-                self._base = VectorBase.open(self.folder / row[0])
-                self._base_key = row
+                self._base, self._base_key = self._open(row), row
             except BaseUnusable:
-                self._base, self._base_key = None, None
+                # Another process may have published a newer generation (and removed this
+                # one) since the recorded row was read: read it again before giving up.
+                again = self.source.published(self.NAME, fresh=True)
+                try:
+                    if again is None or again == row or again[2] != dim:
+                        raise BaseUnusable(row[0])
+                    self._base, self._base_key = self._open(again), again
+                except BaseUnusable:
+                    self._base, self._base_key = None, None
         return self._base
+
+    def _open(self, row: tuple[str, int, int]) -> VectorBase:
+        assert self.folder is not None
+        folder, measurement = vector_base.split_generation(row[0])
+        return VectorBase.open(self.folder / folder, measurement=measurement)
+
+    def _sweep(self) -> None:
+        """Remove what no reader can want (a crash's or another process's leftovers), unless
+        a build is under way somewhere (it holds the build lock)."""
+        if self.folder is None or not self.folder.is_dir():
+            return
+        with contextlib.suppress(OSError), _try_lock(self.folder / "build.lock") as got:
+            if got:
+                row = self.source.published(self.NAME, fresh=True)
+                self._remove_superseded(None if row is None else row[0])
+
+    def _remove_superseded(self, current: str | None) -> None:
+        """Every generation folder but `current`'s, and its measurements but the current one
+        (under the build lock: nothing else is being written)."""
+        assert self.folder is not None
+        keep, measurement = vector_base.split_generation(current) if current else ("", 0)
+        for entry in self.folder.iterdir():
+            if entry.is_dir() and entry.name != keep:
+                shutil.rmtree(entry, ignore_errors=True)
+        if keep and (self.folder / keep).is_dir():
+            wanted = vector_base.MEASURED.format(measurement)
+            for entry in (self.folder / keep).iterdir():
+                if entry.name.endswith(".tmp") or (
+                        entry.name.startswith("measured-") and entry.name != wanted):
+                    with contextlib.suppress(OSError):
+                        entry.unlink()
 
     def _advance(self, delta: VectorDelta, dim: int) -> None:
         _, head = self.source.log_bounds()
@@ -240,7 +290,30 @@ class VectorIndexSync:
     def _work(self, dim: int) -> None:
         with contextlib.suppress(Exception), self._exclusive("build", wait=False) as got:
             if got and not self._closed:
-                self._build(dim, ann=self._wants_ann())
+                self._refresh(dim)
+
+    def _refresh(self, dim: int) -> None:
+        """Under the build lock: measure the current base again when only the asked queries
+        are new (no vector changed since it was built, no pass missing), else build."""
+        base = self._current_base(dim)
+        if base is not None and (base.codes is not None or base.ann is not None) \
+                and not self._lacks_pass(base) \
+                and not self._changed_after(base.seq, self.source.log_bounds()[1]):
+            queries, through = self._asked(dim)
+            if queries is not None:
+                self._measure(base, queries, through)
+                return
+        self._build(dim, ann=self._wants_ann())
+
+    def _measure(self, base: VectorBase, queries: Any, through: int) -> None:
+        """Add a measurement of `base`'s passes on `queries` and record it (no new matrix)."""
+        measured = vector_base.remeasure(base, queries, through)
+        measurement = base.measurement + 1
+        vector_base.write_measurement(base.folder, measurement, measured)
+        name = vector_base.generation_name(base.folder.name, measurement)
+        self.source.publish(self.NAME, name, base.seq, base.dim)
+        self.measurements += 1
+        self._remove_superseded(name)
 
     def _build(self, dim: int, *, ann: bool | None) -> None:
         """Write the next generation from the store and publish it (under the build lock)."""
@@ -253,12 +326,9 @@ class VectorIndexSync:
         vector_base.build(target, dim, head, self.source.iter_vectors(dim), self.source.vector_count(),
                           ann=ann, codes=self._wants_codes(), progress=self.progress,
                           cancelled=lambda: self._closed, asked=self._asked(dim))
-        old = self.source.published(self.NAME)
         self.source.publish(self.NAME, generation, head, dim)
         self.builds += 1
-        for stale in self.folder.iterdir():  # mapped files stay readable for whoever has them
-            if stale.name not in (generation, old[0] if old else "") and stale.is_dir():
-                shutil.rmtree(stale, ignore_errors=True)
+        self._remove_superseded(generation)  # mapped files stay readable for whoever has them
 
     @contextlib.contextmanager
     def _exclusive(self, what: str, *, wait: bool = True) -> Iterator[bool]:
@@ -294,7 +364,7 @@ class VectorIndexSync:
             if not pending and not (base is not None and (self._lacks_pass(base)
                                                           or self._asked_since(base))):
                 return False
-            self._build(dim, ann=self._wants_ann())
+            self._refresh(dim)
             return True
 
     def _asked(self, dim: int) -> tuple[Any, int]:
@@ -364,7 +434,7 @@ class VectorIndexSync:
         if row is None:
             return []
         try:
-            base = VectorBase.open(self.folder / row[0])
+            base = self._open(row)
         except BaseUnusable as exc:
             return [f"vector index: {exc} (rebuilt from the stored vectors on the next search)"]
         oldest, head = self.source.log_bounds()

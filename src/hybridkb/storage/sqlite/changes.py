@@ -64,9 +64,12 @@ class SQLiteChanges:
         self._connect = connect  # a new connection, for long reads (None: ":memory:")
         self.store_id = store_id
 
-    def published(self, name: str) -> tuple[str, int, int] | None:
-        rows = self._memo(f"published {name}", lambda: self._read(
-            "SELECT generation, seq, dim FROM derived_indexes WHERE name = ?", (name,)))
+    def published(self, name: str, *, fresh: bool = False) -> tuple[str, int, int] | None:
+        """The generation recorded for index `name`, its seq and dimension (`fresh`: read
+        now, not an answer kept since the store last changed)."""
+        sql = "SELECT generation, seq, dim FROM derived_indexes WHERE name = ?"
+        rows = self._read(sql, (name,)) if fresh else self._memo(
+            f"published {name}", lambda: self._read(sql, (name,)))
         return (str(rows[0][0]), int(rows[0][1]), int(rows[0][2])) if rows else None
 
     def publish(self, name: str, generation: str, seq: int, dim: int) -> None:
