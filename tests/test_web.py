@@ -121,14 +121,14 @@ def test_search_post_rejects_corpus_and_corpora_together_and_bad_json(client: An
     assert r.status_code == 400 and "JSON object" in r.json()["error"]["message"]
 
 
-def test_oversized_body_is_400_and_nothing_is_written(sqlite_kb: KnowledgeBase) -> None:
+def test_oversized_body_is_413_and_nothing_is_written(sqlite_kb: KnowledgeBase) -> None:
     with client_for(sqlite_kb) as c:
         body = b'{"text": "' + b"x" * (4 * 1024 * 1024) + b'"}'
         r = c.post("/api/items", content=body, headers={**AUTH, "content-type": "application/json"})
-        assert r.status_code == 400 and "over" in r.json()["error"]["message"]
+        assert r.status_code == 413 and "over" in r.json()["error"]["message"]
         chunks = iter([b'{"text": "', b"y" * (3 * 1024 * 1024), b"y" * (2 * 1024 * 1024), b'"}'])
         r = c.post("/api/items", content=chunks, headers={**AUTH, "content-type": "application/json"})
-        assert r.status_code == 400 and "over" in r.json()["error"]["message"]
+        assert r.status_code == 413 and "over" in r.json()["error"]["message"]
     assert sqlite_kb.count() == 0
 
 

@@ -146,3 +146,111 @@ async def test_restricted_mcp_server_never_touches_a_hidden_item(hidden: Knowled
         assert all(h["corpus"] == "pub" for h in result.structured_content["hits"])
         assert "swordfish" not in str(result.structured_content["hits"])
     _unchanged(hidden)
+
+
+# -- 6. every error is JSON with a fitting status -------------------------------------------------
+
+@pytest.fixture
+def open_server(kb: KnowledgeBase) -> Iterator[TestClient]:
+    kb.add("public notes about the launch", id="PUB1", corpus="pub")
+    # raise_server_exceptions=False: a 500 is what a client would see, not a test crash
+    with TestClient(web_app(kb, token=TOKEN), base_url=BASE, raise_server_exceptions=False) as c:
+        yield c
+
+
+def _nested(depth: int, leaf: str = "1") -> str:
+    return '{"a":' * depth + leaf + "}" * depth
+
+
+HOSTILE_BODIES = [
+    ("POST", "/api/search", "[" * 100_000),
+    ("POST", "/api/items", "[" * 100_000),
+    ("POST", "/api/search", '{"query": "x", "filters": {"metadata": ' + _nested(5_000) + "}}"),
+    ("POST", "/api/search", '{"query": "x", "limit": ' + "9" * 5_000 + "}"),
+    ("POST", "/api/search", '{"query": "x", "limit": 1e999}'),
+    ("POST", "/api/search", '{"query": "x", "limit": NaN}'),
+    ("POST", "/api/search", '{"query": "x", "filters": [1]}'),
+    ("POST", "/api/search", '{"query": "x", "filters": "kind"}'),
+    ("POST", "/api/search", '{"query": "x", "corpora": [1, {}]}'),
+    ("POST", "/api/search", '{"query": "x", "kinds": "decision"}'),
+    ("POST", "/api/search", '{"query": "x", "offset": -1}'),
+    ("POST", "/api/search", '{"query": 5}'),
+    ("POST", "/api/remember", '{"text": "x", "metadata": ' + _nested(50_000) + "}"),
+    ("POST", "/api/remember", '{"text": "x", "metadata": [1]}'),
+    ("POST", "/api/remember", '{"text": "x", "ttl": "soon"}'),
+    ("POST", "/api/items", '{"text": "x", "metadata": {"n": ' + "1" * 5_000 + "}}"),
+    ("POST", "/api/items", '{"text": "x", "title": 5}'),
+    ("POST", "/api/items", '{"text": "x", "id": 5}'),
+    ("POST", "/api/items", "\xff\xfe"),
+]
+
+
+@pytest.mark.parametrize("method, path, body", HOSTILE_BODIES,
+                         ids=[f"{m} {p} {b[:24]!r}" for m, p, b in HOSTILE_BODIES])
+def test_hostile_body_is_a_json_400(open_server: TestClient, kb: KnowledgeBase, method: str,
+                                    path: str, body: str) -> None:
+    before = kb.count()
+    r = open_server.request(method, path, content=body.encode("utf-8", "surrogateescape"),
+                            headers={**AUTH, "content-type": "application/json"})
+    assert r.status_code == 400, r.text[:300]
+    assert r.headers["content-type"] == "application/json"
+    assert r.json()["error"]["type"] == "invalid_input" and r.json()["error"]["message"]
+    assert kb.count() == before
+
+
+@pytest.mark.parametrize("params", [
+    {"q": "x", "filters": '{"metadata": ' + _nested(2_000) + "}"},  # URLs stay under 64 KB
+    {"q": "x", "filters": "[" * 20_000},
+    {"q": "x", "filters": "[1]"},
+    {"q": "x", "filters": '{"metadata": {"n": ' + "1" * 5_000 + "}}"},
+    {"q": "x", "limit": "9" * 5_000},
+    {"q": "x", "offset": "-5"},
+], ids=["deep filters", "brackets", "a list", "long number", "long limit", "negative offset"])
+def test_hostile_query_string_is_a_json_400(open_server: TestClient, params: dict[str, str]) -> None:
+    r = open_server.get("/api/search", params=params, headers=AUTH)
+    assert r.status_code == 400, r.text[:300]
+    assert r.json()["error"]["type"] == "invalid_input"
+
+
+def test_oversized_body_is_a_json_413(open_server: TestClient, kb: KnowledgeBase) -> None:
+    body = b'{"text": "' + b"x" * (4 * 1024 * 1024) + b'"}'
+    r = open_server.post("/api/items", content=body, headers={**AUTH, "content-type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"]["type"] == "too_large"
+    chunks = iter([b'{"text": "', b"y" * (3 * 1024 * 1024), b"y" * (2 * 1024 * 1024), b'"}'])
+    r = open_server.post("/api/items", content=chunks, headers={**AUTH, "content-type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"]["type"] == "too_large"
+    assert kb.count() == 1
+
+
+def test_unknown_route_and_method_are_json(open_server: TestClient) -> None:
+    r = open_server.get("/api/nothing-here", headers=AUTH)
+    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found"
+    r = open_server.put("/api/items", json={"text": "x"}, headers=AUTH)
+    assert r.status_code == 405 and r.json()["error"]["type"] == "method_not_allowed"
+
+
+# -- 7. the REST schema is strict -----------------------------------------------------------------
+
+@pytest.mark.parametrize("field, value", [
+    ("access_count", 1_000_000_000), ("created_at", 253402300000), ("updated_at", 0),
+    ("last_accessed_at", 0), ("expires_at", 253402300000), ("vector", [0.5] * 64),
+    ("embed", "sync"), ("stale", True),
+])
+def test_internal_item_fields_are_refused_by_name(open_server: TestClient, kb: KnowledgeBase,
+                                                  field: str, value: Any) -> None:
+    r = open_server.post("/api/items", json={"text": "spam alpha", field: value}, headers=AUTH)
+    assert r.status_code == 400, r.text
+    assert field in r.json()["error"]["message"]
+    assert kb.count() == 1
+
+
+def test_every_body_refuses_unknown_fields(open_server: TestClient, kb: KnowledgeBase) -> None:
+    for path, body in (("/api/items", {"text": "x", "colour": "red", "access_count": 3}),
+                       ("/api/remember", {"text": "x", "colour": "red", "stale": True}),
+                       ("/api/search", {"query": "x", "colour": "red", "depth": 3})):
+        r = open_server.post(path, json=body, headers=AUTH)
+        assert r.status_code == 400, (path, r.text)
+        message = r.json()["error"]["message"]
+        assert "colour" in message and all(k in message for k in body if k not in
+                                           ("text", "query"))
+    assert kb.count() == 1

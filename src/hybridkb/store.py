@@ -477,6 +477,8 @@ class KnowledgeBase:
         corpus: str = MEMORY_CORPUS, **fields: Any,
     ) -> str:
         """Store a memory (a decision, lesson, note...); returns its id."""
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise InvalidInputError(f"metadata must be a JSON object, not {type(metadata).__name__}")
         return self.add(text, kind=kind, scope=scope, ttl=ttl, corpus=corpus,
                         metadata=dict(metadata or {}), **fields)
 

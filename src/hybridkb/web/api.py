@@ -7,11 +7,11 @@ store refuses 500. The OpenAPI description is served at /api/openapi.json.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -23,8 +23,9 @@ from ..errors import (
     InvalidInputError,
     NotFoundError,
 )
+from . import jsonbody
 from .auth import error
-from .openapi import openapi_document
+from .openapi import ITEM_FIELDS, REMEMBER_FIELDS, SEARCH_FIELDS, openapi_document
 from .service import ReadOnlyError, Service
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -34,6 +35,8 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 
 def error_response(exc: HybridKBError) -> JSONResponse:
     """The one place a library error becomes an HTTP status."""
+    if isinstance(exc, TooLargeError):
+        return error(413, "too_large", str(exc))
     if isinstance(exc, ReadOnlyError):
         return error(403, "read_only", str(exc))
     if isinstance(exc, InvalidInputError):
@@ -56,10 +59,14 @@ async def _call(fn: Callable[..., dict[str, Any]], *args: Any, status: int = 200
     return JSONResponse(data, status_code=status)
 
 
+class TooLargeError(InvalidInputError):
+    """A request body over MAX_BODY_BYTES (413)."""
+
+
 async def json_body(request: Request) -> dict[str, Any]:
-    """The request's JSON object; anything else is InvalidInputError."""
+    """The request's JSON object, bounded (jsonbody); anything else is InvalidInputError."""
     size = request.headers.get("content-length")
-    too_big = InvalidInputError(f"request body over {MAX_BODY_BYTES} bytes")
+    too_big = TooLargeError(f"request body over {MAX_BODY_BYTES} bytes")
     if size is not None and size.isdigit() and int(size) > MAX_BODY_BYTES:
         raise too_big
     chunks, total = [], 0
@@ -68,14 +75,20 @@ async def json_body(request: Request) -> dict[str, Any]:
         if total > MAX_BODY_BYTES:
             raise too_big
         chunks.append(chunk)
-    raw = b"".join(chunks)
-    try:
-        value = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidInputError(f"the body is not valid JSON: {exc}") from exc
+    value = await run_in_threadpool(jsonbody.parse, b"".join(chunks))
     if not isinstance(value, dict):
         raise InvalidInputError("the body must be a JSON object")
     return value
+
+
+def strict(body: dict[str, Any], allowed: frozenset[str]) -> dict[str, Any]:
+    """`body` when it names only `allowed` fields (the route's OpenAPI schema), else a 400
+    naming the others: internal fields (access_count, created_at, vector...) included."""
+    unknown = set(body) - allowed
+    if unknown:
+        raise InvalidInputError(f"unknown field(s): {', '.join(sorted(unknown))}; this body takes "
+                                f"{', '.join(sorted(allowed))}")
+    return body
 
 
 def _int(request: Request, name: str, default: int) -> int:
@@ -96,12 +109,7 @@ def search_args(request: Request) -> dict[str, Any]:
     """GET /api/search's query string as Service.search arguments."""
     params = request.query_params
     filters = params.get("filters")
-    parsed: Any = None
-    if filters:
-        try:
-            parsed = json.loads(filters)
-        except json.JSONDecodeError as exc:
-            raise InvalidInputError(f"filters is not valid JSON: {exc}") from exc
+    parsed = jsonbody.parse(filters, "filters") if filters else None
     return {
         "query": params.get("q", ""),
         "corpora": [c for c in params.getlist("corpus") if c] or None,
@@ -116,18 +124,33 @@ def search_args(request: Request) -> dict[str, Any]:
     }
 
 
-_SEARCH_BODY = {"query", "corpora", "corpus", "kinds", "path", "filters", "mode", "fusion", "limit",
-                "offset", "text"}
+
+
+_HTTP_KINDS = {404: "not_found", 405: "method_not_allowed"}
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own errors (no such route, wrong method) in the API's JSON shape."""
+    assert isinstance(exc, HTTPException)
+    response = error(exc.status_code, _HTTP_KINDS.get(exc.status_code, "http_error"),
+                     str(exc.detail))
+    response.headers.update(exc.headers or {})
+    return response
+
+
+async def server_error(request: Request, exc: Exception) -> Response:
+    """Anything unforeseen: a JSON 500 that names no internals (the server logs the traceback)."""
+    return error(500, "internal_error", "the server failed to answer this request; its log says why")
+
+
+EXCEPTION_HANDLERS = {HTTPException: http_error, Exception: server_error}
 
 
 def routes(service: Service) -> list[Route]:
     async def search(request: Request) -> Response:
         try:
             if request.method == "POST":
-                body = await json_body(request)
-                unknown = set(body) - _SEARCH_BODY
-                if unknown:
-                    raise InvalidInputError(f"unknown field(s): {', '.join(sorted(unknown))}")
+                body = strict(await json_body(request), SEARCH_FIELDS)
                 if "corpus" in body and "corpora" in body:
                     raise InvalidInputError("give either corpus (one) or corpora (several), not both")
                 corpora = [body["corpus"]] if isinstance(body.get("corpus"), str) else body.get("corpora")
@@ -148,19 +171,20 @@ def routes(service: Service) -> list[Route]:
     async def delete_item(request: Request) -> Response:
         return await _call(service.delete, request.path_params["item_id"])
 
-    async def create(request: Request, make: Callable[[Any], Any]) -> Response:
+    async def create(request: Request, make: Callable[[Any], Any],
+                     allowed: frozenset[str]) -> Response:
         """POST bodies that create an item: a bad body is a 4xx, the item a 201."""
         try:
-            body = await json_body(request)
+            body = strict(await json_body(request), allowed)
         except HybridKBError as exc:
             return error_response(exc)
         return await _call(make, body, status=201)
 
     async def add_item(request: Request) -> Response:
-        return await create(request, service.add)
+        return await create(request, service.add, ITEM_FIELDS)
 
     async def remember(request: Request) -> Response:
-        return await create(request, service.remember)
+        return await create(request, service.remember, REMEMBER_FIELDS)
 
     async def stats(request: Request) -> Response:
         return await _call(service.stats)

@@ -22,7 +22,8 @@ def web_app(kb: KnowledgeBase, *, token: str, host: str = "127.0.0.1", read_only
             corpora: Sequence[str] | None = None) -> ASGIApp:
     """The page and the REST API over `kb`, behind the token (no MCP)."""
     service = Service(kb, read_only=read_only, corpora=corpora)
-    app = Starlette(routes=[*api.routes(service), *page.routes(service)])
+    app = Starlette(routes=[*api.routes(service), *page.routes(service)],
+                    exception_handlers=api.EXCEPTION_HANDLERS)
     return TokenGate(app, token, loopback=is_loopback(host))
 
 

@@ -49,8 +49,8 @@ _SEARCH_RESULT = {
     },
 }
 
-_ITEM_IN = {
-    "type": "object", "required": ["text"],
+_ITEM_IN: dict[str, Any] = {
+    "type": "object", "required": ["text"], "additionalProperties": False,
     "properties": {
         "text": {"type": "string"}, "id": {"type": "string"}, "corpus": {"type": "string"},
         "title": {"type": "string"}, "kind": {"type": "string"}, "scope": {"type": "string"},
@@ -59,6 +59,31 @@ _ITEM_IN = {
         "replace": {"type": "boolean", "description": "Replace an item with the same id."},
     },
 }
+
+_REMEMBER_IN: dict[str, Any] = {
+    "type": "object", "required": ["text"], "additionalProperties": False,
+    "properties": {
+        "text": {"type": "string"}, "kind": {"type": "string"}, "scope": {"type": "string"},
+        "ttl": {"type": "number", "exclusiveMinimum": 0}, "metadata": _OBJ,
+        "corpus": {"type": "string"}, "title": {"type": "string"}},
+}
+
+_SEARCH_IN: dict[str, Any] = {
+    "type": "object", "required": ["query"], "additionalProperties": False,
+    "properties": {
+        "query": {"type": "string"}, "corpus": {"type": "string"},
+        "corpora": {"type": "array", "items": {"type": "string"}},
+        "kinds": {"type": "array", "items": {"type": "string"}},
+        "path": {"type": "string"}, "filters": _OBJ,
+        "mode": {"enum": ["hybrid", "fts", "vector"]}, "fusion": {"enum": ["rrf", "convex", "dbsf"]},
+        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
+        "offset": {"type": "integer", "minimum": 0}, "text": {"type": "boolean"}},
+}
+
+# What each body may name: the REST API refuses any other field (api.strict).
+ITEM_FIELDS = frozenset(_ITEM_IN["properties"])
+REMEMBER_FIELDS = frozenset(_REMEMBER_IN["properties"])
+SEARCH_FIELDS = frozenset(_SEARCH_IN["properties"])
 
 _SEARCH_PARAMS = [
     {"name": "q", "in": "query", "required": True, "schema": {"type": "string"},
@@ -90,17 +115,10 @@ def openapi_document(*, read_only: bool = False) -> dict[str, Any]:
                     "responses": {"200": _json({"$ref": "#/components/schemas/SearchResult"}, "Hits"),
                                   "400": _ERROR, "401": _ERROR, "404": _ERROR}},
             "post": {"operationId": "searchPost", "summary": "Search with a JSON body",
-                     "requestBody": {"required": True, "content": {"application/json": {"schema": {
-                         "type": "object", "required": ["query"], "properties": {
-                             "query": {"type": "string"}, "corpus": {"type": "string"},
-                             "corpora": {"type": "array", "items": {"type": "string"}},
-                             "kinds": {"type": "array", "items": {"type": "string"}},
-                             "path": {"type": "string"}, "filters": _OBJ,
-                             "mode": {"type": "string"}, "fusion": {"type": "string"},
-                             "limit": {"type": "integer"}, "offset": {"type": "integer"},
-                             "text": {"type": "boolean"}}}}}},
+                     "requestBody": {"required": True, "content": {"application/json": {
+                         "schema": _SEARCH_IN}}},
                      "responses": {"200": _json({"$ref": "#/components/schemas/SearchResult"}, "Hits"),
-                                   "400": _ERROR, "401": _ERROR, "404": _ERROR}},
+                                   "400": _ERROR, "401": _ERROR, "404": _ERROR, "413": _ERROR}},
         },
         "/api/items/{item_id}": {
             "get": {"operationId": "getItem", "summary": "One item with its full text",
@@ -119,20 +137,17 @@ def openapi_document(*, read_only: bool = False) -> dict[str, Any]:
             "operationId": "addItem", "summary": "Add (or with replace, upsert) one item",
             "requestBody": {"required": True, "content": {"application/json": {"schema": _ITEM_IN}}},
             "responses": {"201": _json(_OBJ, "{id, corpus}"), "400": _ERROR, "401": _ERROR,
-                          "403": _ERROR}}}
+                          "403": _ERROR, "404": _ERROR, "413": _ERROR}}}
         paths["/api/items/{item_id}"]["delete"] = {
             "operationId": "deleteItem", "summary": "Delete one item", "parameters": _ID,
             "responses": {"200": _json(_OBJ, "{id, deleted}"), "401": _ERROR, "403": _ERROR,
                           "404": _ERROR}}
         paths["/api/remember"] = {"post": {
             "operationId": "remember", "summary": "Store a memory (decision, lesson, note...)",
-            "requestBody": {"required": True, "content": {"application/json": {"schema": {
-                "type": "object", "required": ["text"], "properties": {
-                    "text": {"type": "string"}, "kind": {"type": "string"},
-                    "scope": {"type": "string"}, "ttl": {"type": "number"}, "metadata": _OBJ,
-                    "corpus": {"type": "string"}, "title": {"type": "string"}}}}}},
+            "requestBody": {"required": True, "content": {"application/json": {
+                "schema": _REMEMBER_IN}}},
             "responses": {"201": _json(_OBJ, "{id, corpus, expires_at}"), "400": _ERROR,
-                          "401": _ERROR, "403": _ERROR}}}
+                          "401": _ERROR, "403": _ERROR, "413": _ERROR}}}
     return {
         "openapi": "3.1.0",
         "info": {"title": "hybridkb REST API", "version": package_version(),

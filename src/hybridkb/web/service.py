@@ -96,9 +96,15 @@ class Service:
             raise InvalidInputError("query must be a string")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
             raise InvalidInputError(f"limit must be an integer from 1 to {MAX_LIMIT}")
-        merged = dict(filters or {})
         if filters is not None and not isinstance(filters, Mapping):
             raise InvalidInputError("filters must be a JSON object")
+        for name, value in (("corpora", corpora), ("kinds", kinds)):
+            if value is not None and (not isinstance(value, list)
+                                      or not all(isinstance(v, str) for v in value)):
+                raise InvalidInputError(f"{name} must be a list of strings")
+        if path is not None and not isinstance(path, str):
+            raise InvalidInputError("path must be a string")
+        merged = dict(filters or {})
         if kinds:
             if "kind" in merged or "kinds" in merged:
                 raise InvalidInputError("give kinds either as a parameter or inside filters, not both")
