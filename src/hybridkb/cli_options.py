@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import click
 
+from . import embedding
 from . import open as open_kb
 from .config import Config, load_config
 from .errors import InvalidInputError, NotFoundError
@@ -47,8 +48,7 @@ def _global_options() -> list[click.Option]:
                      help=f"Store: a SQLite file path or a postgresql:// URL (env HYBRIDKB_DB; "
                           f"default {DEFAULT_DB}).", is_eager=False),
         click.Option(["--embedder"], default=None, expose_value=False, callback=_remember,
-                     metavar="NAME", help="Embedding model: default (all-MiniLM-L6-v2), hashing-DIM, "
-                                          "or none (env HYBRIDKB_EMBEDDER)."),
+                     metavar="NAME", help=f"Embedding model: {embedding.CHOICES} (env HYBRIDKB_EMBEDDER)."),
         click.Option(["--no-embedder"], is_flag=True, default=False, expose_value=False,
                      callback=_remember, help="Full-text only: no vectors, no model load."),
         click.Option(["--json", "as_json"], is_flag=True, default=False, expose_value=False,

@@ -8,9 +8,12 @@ from .hashing import HashingEmbedder
 from .minilm import MiniLMEmbedder
 
 DEFAULT = "minilm"
+# The names an embedder may be given, said alike by the CLI's help and the error for a
+# name it does not know.
+CHOICES = "default (all-MiniLM-L6-v2, bundled), hashing-DIM (a deterministic test model) or none"
 
 __all__ = [
-    "DEFAULT", "Embedder", "HashingEmbedder", "MiniLMEmbedder", "Vectors",
+    "CHOICES", "DEFAULT", "Embedder", "HashingEmbedder", "MiniLMEmbedder", "Vectors",
     "content_hash", "get_embedder", "normalize_rows",
 ]
 
@@ -32,4 +35,4 @@ def get_embedder(spec: Embedder | str | None) -> Embedder | None:
             return HashingEmbedder(64)
         if dim.isascii() and dim.isdigit():
             return HashingEmbedder(int(dim))  # checks the range
-    raise InvalidInputError(f"unknown embedder {spec!r}; use 'minilm', 'hashing-DIM' or 'none'")
+    raise InvalidInputError(f"unknown embedder {spec!r}; use {CHOICES}")
