@@ -254,3 +254,30 @@ def test_every_body_refuses_unknown_fields(open_server: TestClient, kb: Knowledg
         assert "colour" in message and all(k in message for k in body if k not in
                                            ("text", "query"))
     assert kb.count() == 1
+
+
+# -- 9. Host headers that only start like a loopback name --------------------------------------------
+
+@pytest.mark.parametrize("host", ["[::1]evil.com", "[::1]evil.com:8765", "127.0.0.1:8765@evil.com",
+                                  "localhost:http", "localhost.evil.com", "[::1", "127.0.0.1:",
+                                  "127.0.0.1 evil.com", ""])
+def test_host_that_is_not_a_loopback_name_and_port_is_refused(open_server: TestClient,
+                                                                host: str) -> None:
+    r = open_server.get("/api/stats", headers={**AUTH, "host": host})
+    assert r.status_code == 421, (host, r.text)
+    assert r.json()["error"]["type"] == "bad_host"
+
+
+@pytest.mark.parametrize("host", ["[::1]:8765", "[::1]", "localhost", "127.0.0.1:8765", "LOCALHOST:1"])
+def test_loopback_hosts_are_accepted(open_server: TestClient, host: str) -> None:
+    assert open_server.get("/api/stats", headers={**AUTH, "host": host}).status_code == 200
+
+
+@pytest.mark.parametrize("host", ["[::1]evil.com", "127.0.0.1:8765@evil.com", "localhost:http"])
+def test_mcp_transport_refuses_the_same_hosts(hidden: KnowledgeBase, host: str) -> None:
+    from hybridkb.mcp.http import http_app
+
+    client = TestClient(http_app(build_server(hidden), token=TOKEN), base_url=BASE)
+    r = client.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                    headers={**AUTH, "host": host, "accept": "application/json, text/event-stream"})
+    assert r.status_code == 421, r.text

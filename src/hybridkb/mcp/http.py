@@ -10,6 +10,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import re
 import secrets
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -20,6 +21,10 @@ from mcp.server.mcpserver import MCPServer
 from ..errors import InvalidInputError
 
 DEFAULT_HTTP_PORT = 8765
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+# A Host header: a name or a bracketed IPv6 address, then at most ":port". Anything else
+# ("[::1]evil.com", "127.0.0.1:80@evil.com", "localhost:http") names no host we know.
+_HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^\s\[\]:/@]+)(?::[0-9]{1,5})?")
 
 AsgiScope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -34,6 +39,13 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def host_name(host_header: str) -> str:
+    """The host part of a Host header value, lower case: "127.0.0.1:8765" -> "127.0.0.1",
+    "[::1]:80" -> "[::1]"; "" for a value that is not a host and port."""
+    match = _HOST.fullmatch(host_header)
+    return match.group(1).lower() if match else ""
 
 
 def check_http_binding(host: str, token: str | None) -> tuple[str, bool]:
@@ -51,30 +63,40 @@ def check_http_binding(host: str, token: str | None) -> tuple[str, bool]:
     return secrets.token_urlsafe(32), True
 
 
-class BearerTokenMiddleware:
-    """ASGI middleware: an HTTP request without `Authorization: Bearer <token>` gets 401.
+async def _refuse(send: Send, status: int, message: str, *extra: tuple[bytes, bytes]) -> None:
+    body = json.dumps({"error": message}).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), *extra,
+        (b"content-length", str(len(body)).encode()),
+    ]})
+    await send({"type": "http.response.body", "body": body})
 
-    The check runs before the wrapped app sees the request, so nothing is touched.
+
+class BearerTokenMiddleware:
+    """ASGI middleware: an HTTP request without `Authorization: Bearer <token>` gets 401;
+    on a loopback bind, one whose Host is not a loopback name and port gets 421 (the SDK's
+    own check takes "127.0.0.1:80@evil.com" for a port).
+
+    The checks run before the wrapped app sees the request, so nothing is touched.
     """
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+    def __init__(self, app: ASGIApp, token: str, *, loopback: bool = False) -> None:
         if not token:
             raise InvalidInputError("a bearer token must not be empty")
-        self.app = app
+        self.app, self.loopback = app, loopback
         self._expected = f"Bearer {token}".encode()
 
     async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket"):
             headers = dict(scope.get("headers") or [])
+            host = headers.get(b"host", b"").decode("latin-1")
+            if self.loopback and host_name(host) not in LOOPBACK_HOSTS:
+                await _refuse(send, 421, f"this server answers only for loopback hosts, not {host!r}")
+                return
             given = headers.get(b"authorization", b"")
             if not hmac.compare_digest(given, self._expected):
-                body = json.dumps({"error": "missing or wrong bearer token"}).encode()
-                await send({"type": "http.response.start", "status": 401, "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"www-authenticate", b'Bearer realm="hybridkb"'),
-                    (b"content-length", str(len(body)).encode()),
-                ]})
-                await send({"type": "http.response.body", "body": body})
+                await _refuse(send, 401, "missing or wrong bearer token",
+                              (b"www-authenticate", b'Bearer realm="hybridkb"'))
                 return
         await self.app(scope, receive, send)
 
@@ -82,7 +104,7 @@ class BearerTokenMiddleware:
 def http_app(server: MCPServer[Any], *, token: str, host: str = "127.0.0.1") -> ASGIApp:
     """The streamable-HTTP ASGI app at /mcp, behind the bearer-token check."""
     inner: ASGIApp = server.streamable_http_app(host=host)
-    return BearerTokenMiddleware(inner, token)
+    return BearerTokenMiddleware(inner, token, loopback=is_loopback(host))
 
 
 def serve_http(server: MCPServer[Any], *, host: str, port: int, token: str) -> None:

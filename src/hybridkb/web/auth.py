@@ -18,8 +18,9 @@ from starlette.datastructures import URL
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
+from ..mcp.http import LOOPBACK_HOSTS, host_name
+
 COOKIE = "hybridkb_token"
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
 AsgiScope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -32,13 +33,6 @@ _LOGIN_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8">
 <h1>hybridkb</h1><p>This page needs the token of this server. Open the address that
 <code>hybridkb serve --http</code> printed (it ends in <code>?token=…</code>), or add
 <code>?token=YOUR_TOKEN</code> to this address once.</p></body></html>"""
-
-
-def host_name(host_header: str) -> str:
-    """The host part of a Host header value: "127.0.0.1:8765" -> "127.0.0.1", "[::1]:80" -> "[::1]"."""
-    if host_header.startswith("["):
-        return host_header[: host_header.find("]") + 1] if "]" in host_header else host_header
-    return host_header.rsplit(":", 1)[0] if ":" in host_header else host_header
 
 
 def error(status: int, kind: str, message: str) -> JSONResponse:
