@@ -5,7 +5,7 @@ Layers, top to bottom (an import may only go to its own layer or one below):
     faces     cli, cli_options, config, mcp/*, mcp_server, transfer, evaluation/*, ingest/*,
               web/*, adapters/*
     api       hybridkb/__init__.py (open() picks a storage dialect)
-    core      store (KnowledgeBase)
+    core      store (KnowledgeBase), batches, print_worker, store_filters
     pipeline  pipeline
     storage   storage/*            embedding/* (providers: models, no store)
     pure      errors, model, fusion, dedup, scoring, textquery, labels, progress, validation,
@@ -81,7 +81,7 @@ def layer(name: str) -> str:
         return "embedding"
     if top == "pipeline":
         return "pipeline"
-    if top in ("store", "batches", "print_worker"):  # KnowledgeBase and its add_many loop
+    if top in ("store", "batches", "print_worker", "store_filters"):  # KnowledgeBase and its helpers
         return "core"
     if top in FACE_MODULES or top in FACE_PACKAGES:
         return "face"

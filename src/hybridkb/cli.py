@@ -17,14 +17,14 @@ import click
 
 from . import cli_index
 from . import open as open_kb
-from .cli_common import _fail, emit, handle_errors, pass_ctx, progress_bar
+from .cli_common import JsonErrorsGroup, _fail, emit, handle_errors, pass_ctx, progress_bar
 from .cli_options import Context, add_global_options, global_options, require_store
 from .errors import HybridKBError, InvalidInputError
 from .fusion import DEFAULT_MERGE, FUSIONS, MERGES
 from .model import MODES, Hit, Item, SearchResult, iso
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=JsonErrorsGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @global_options
 @click.option("--config", "config_path", metavar="FILE",
               help="Read settings from this TOML file (env HYBRIDKB_CONFIG; default ./hybridkb.toml, "

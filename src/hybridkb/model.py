@@ -130,6 +130,11 @@ class StoredItem(Item):
 
 ITEM_FIELDS = frozenset(f.name for f in fields(Item))
 
+# Kinds every store knows (the score policy's, the indexer's, DESIGN's list): a filter on one
+# of them finds nothing where none is stored yet, instead of failing as a typo would.
+KNOWN_KINDS = ("decision", "lesson", "summary", "temp_note", "memory", "wiki_page", "review_comment",
+               "code", "document")
+
 # Columns a filter may name directly; anything else must go through `metadata`.
 _EQUALITY_FIELDS = ("kind", "scope", "repo", "namespace")
 

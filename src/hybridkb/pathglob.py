@@ -5,8 +5,12 @@ indexed folder), the way a shell or .gitignore reads it:
 
 - `src/**/*.py`: `**` spans any number of folders (none included), `*` and `?` stay
   within one path segment, `[abc]` is a character class;
-- `src/` or `src` (no wildcard): that file, or anything under that folder;
-- `*.md` (no `/`): a name matched at any depth.
+- `src/pkg/` or `src/pkg` (no wildcard): that file, or anything under that folder;
+- `cors.py`, `src` or `*.md` (no `/` but a trailing one): a name matched at any depth;
+  a leading `/` or `./` anchors it at the indexed folder (`/src`: only the top one).
+
+`located` reads a pattern as a place on disk instead (an absolute path, or one relative
+to where a command stands) and rewrites it relative to each indexed folder holding it.
 
 The regex uses only what both engines read alike: `^ $ . [^/] * ? (?: | )`, bracket
 classes and backslash-escaped punctuation.
@@ -14,7 +18,8 @@ classes and backslash-escaped punctuation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import posixpath
+from collections.abc import Callable, Mapping, Sequence
 
 from .errors import InvalidFilterError
 
@@ -53,6 +58,12 @@ def _normalized(pattern: str) -> str:
     return text
 
 
+def _anywhere(pattern: str) -> bool:
+    """A name without a folder (no `/` but a trailing one, none leading) matches at any depth."""
+    text = pattern.strip()
+    return not text.startswith(("/", "./")) and "/" not in text.rstrip("/")
+
+
 def glob_regex(pattern: str) -> str:
     """The anchored regex for one pattern (see the module docstring)."""
     if not isinstance(pattern, str) or not pattern.strip() or len(pattern) > MAX_PATTERN_CHARS:
@@ -61,13 +72,13 @@ def glob_regex(pattern: str) -> str:
     if "\x00" in pattern:
         raise InvalidFilterError("filter 'path': the pattern contains a NUL character")
     text = _normalized(pattern)
+    anywhere = _anywhere(pattern)
     if not any(c in text for c in "*?["):
         folder = text.rstrip("/")
         literal = "".join(_escape(c) for c in folder)
         if not folder:
             return "^.*$"
-        return f"^{literal}(?:/.*)?$"
-    anywhere = "/" not in text.rstrip("/")
+        return f"^(?:.*/)?{literal}(?:/.*)?$" if anywhere else f"^{literal}(?:/.*)?$"
     if text.endswith("/"):
         text += "**"
     out = []
@@ -109,10 +120,10 @@ def literal_prefix(pattern: str) -> str:
     text before its first wildcard, for an index to find candidates by (PostgreSQL's
     `LIKE 'prefix%'`); the regex still decides. Call after glob_regex accepted it."""
     text = _normalized(pattern)
+    if _anywhere(pattern):
+        return ""  # a name matched at any depth
     if not any(c in text for c in "*?["):
         return text.rstrip("/")
-    if "/" not in text.rstrip("/"):
-        return ""  # a name matched at any depth
     cut = min(text.index(c) for c in "*?[" if c in text)
     return text[:cut]
 
@@ -123,3 +134,47 @@ def common_prefixes(patterns: Sequence[str]) -> list[str] | None:
     prefixes = [literal_prefix(p) for p in patterns]
     return prefixes if all(prefixes) else None
 
+
+
+def _split(path: str) -> tuple[str, str]:
+    """(the leading folders without a wildcard, the rest): `/a/b/**/*.py` -> (`/a/b`, `**/*.py`)."""
+    parts = path.split("/")
+    cut = next((i for i, part in enumerate(parts) if any(c in part for c in "*?[")), len(parts))
+    return "/".join(parts[:cut]), "/".join(parts[cut:])
+
+
+def located(pattern: str, roots: Mapping[str, str], cwd: str | None = None,
+            exists: Callable[[str], bool] | None = None) -> dict[str, str]:
+    """`pattern` read as a place on disk: an absolute path, or (given `cwd`) one with a folder
+    in it relative to where a command stands, as the CLI prints `path:line` (only where
+    `exists` says that place is there, when given: else it is read as usual). For each
+    corpus whose indexed folder (`roots`: corpus -> absolute folder, or the one file it
+    indexed) holds that place, the pattern relative to that folder, anchored there; {} when
+    it lies in none of them (a bare name never is: it matches at any depth).
+    Only the folders before the first wildcard are placed: `/w/code/**/*.py` -> `/**/*.py`."""
+    text = pattern.strip()
+    relative = not text.startswith("/")
+    if relative:
+        if cwd is None or not cwd.startswith("/") or _anywhere(text):
+            return {}
+        text = posixpath.join(cwd, text)
+    literal, rest = _split(text)
+    place = posixpath.normpath(literal or "/")
+    if relative and exists is not None and not exists(place):
+        return {}
+    out: dict[str, str] = {}
+    for corpus, root in roots.items():
+        root = posixpath.normpath(root)
+        if place == root:
+            rel = ""
+        elif place.startswith(root.rstrip("/") + "/"):
+            rel = place[len(root.rstrip("/")) + 1:]
+        else:
+            continue
+        if rest:
+            out[corpus] = f"/{rel}/{rest}" if rel else f"/{rest}"
+        elif rel:
+            out[corpus] = f"/{rel}/" if text.endswith("/") else f"/{rel}"
+        else:
+            out[corpus] = "**"  # the indexed folder itself: every file in it
+    return out

@@ -7,6 +7,7 @@ staleness), for walks over items such as `KnowledgeBase.iter_items`.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping, Sequence
 
 from . import validation
@@ -39,8 +40,10 @@ def resolve_corpora(existing: Mapping[str, int], corpora: Sequence[str] | str | 
         validation.check_name("corpus", name)
     unknown = [n for n in names if n not in existing]
     if unknown and len(unknown) == len(names) and existing:
+        guesses = [g for n in unknown for g in difflib.get_close_matches(n, sorted(existing), n=2)]
+        hint = f" (did you mean {' or '.join(map(repr, dict.fromkeys(guesses)))}?)" if guesses else ""
         raise NotFoundError(
-            f"unknown corpus {', '.join(map(repr, unknown))}; known: {', '.join(sorted(existing))}")
+            f"unknown corpus {', '.join(map(repr, unknown))}{hint}; known: {', '.join(sorted(existing))}")
     return [n for n in dict.fromkeys(names) if n in existing]
 
 

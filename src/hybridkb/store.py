@@ -11,7 +11,7 @@ from dataclasses import replace as dc_replace
 from datetime import timedelta
 from typing import Any
 
-from . import batches, pipeline, selection, validation
+from . import batches, pipeline, selection, store_filters, validation
 from .embedding import Embedder, content_hash
 from .errors import EmbedderMismatchError, InvalidInputError, NotFoundError, StoreError
 from .model import (
@@ -418,6 +418,8 @@ class KnowledgeBase:
         plan.validate()
         with getattr(self.backend, "pinned_reads", nullcontext)():  # SQLite: one change check
             names = selection.resolve_corpora(self.corpora(), selection.pick_corpora(corpus, corpora))
+            where, names = store_filters.placed(plan.filters, names, self.corpus_settings)
+            plan = dc_replace(plan, filters=where)
             notes: list[str] = []
             embed = self._query_embedder(mode, notes)
             if embed is not None and self.backend.ids_missing_vectors(1):
@@ -425,6 +427,8 @@ class KnowledgeBase:
                              f"text only until embedded (`hybridkb embed`)")
             result = pipeline.run(plan, self.backend, corpora=names, now=now_ts(), embed_query=embed,
                                   labels=self.label_templates(), notes=notes)
+            if not result.hits:  # a typo in a kind or language finds nothing: say so
+                store_filters.check_known(plan.filters, lambda key: self.backend.value_counts(key, names))
         if touch and result.hits:
             self.backend.touch([h.id for h in result.hits], now_ts())
         return result

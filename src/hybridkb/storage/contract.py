@@ -117,6 +117,9 @@ class Backend(Protocol):
         """Items in `corpus`, or in the store (expired and stale ones included)."""
     def corpora(self) -> dict[str, int]:
         """Corpus name -> number of items, for every corpus holding any, by name."""
+    def value_counts(self, key: str, corpora: Sequence[str]) -> dict[str, int]:
+        """Value -> items in `corpora` holding it, for `key` "kind" (the column) or a metadata
+        key of word characters ("language"); items without one are left out."""
     def iter_items(self, batch_size: int = 500) -> Iterator[list[StoredItem]]:
         """Every item in storage order, batch by batch (each batch one read)."""
     def vectors_for(self, ids: Sequence[str]) -> dict[str, Vector]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
 from ..dedup import word_print
-from ..errors import DimensionMismatchError, StoreError
+from ..errors import DimensionMismatchError, InvalidFilterError, StoreError
 from ..model import Item, StoredItem
 from .contract import SearchArea
 
@@ -172,6 +172,15 @@ def filter_conditions(
         if value is not None:
             add(f"{alias}.{column} {op} {mark}", [value])
     return clauses, params
+
+
+def value_counts_sql(key: str, json_value: str, corpora: str) -> str:
+    """The query behind Backend.value_counts: `json_value` is the dialect's text of metadata's
+    key (one bound value), `corpora` its "corpus is one of" (the corpora bound after it)."""
+    if key != "kind" and not key.isidentifier():
+        raise InvalidFilterError(f"no counts of values for the key {key!r:.60}")
+    value = "kind" if key == "kind" else json_value
+    return f"SELECT {value}, count(*) FROM items WHERE {corpora} GROUP BY 1"
 
 
 # -- integrity rules ---------------------------------------------------------------------------

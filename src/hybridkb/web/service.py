@@ -110,9 +110,9 @@ class Service:
                 raise InvalidInputError("give kinds either as a parameter or inside filters, not both")
             merged["kind"] = kinds
         if path:
-            meta = dict(merged.get("metadata") or {})
-            meta["path"] = path
-            merged["metadata"] = meta
+            if "path" in merged or "paths" in merged:
+                raise InvalidInputError("give path either as a parameter or inside filters, not both")
+            merged["path"] = path
         names = self._search_corpora(corpora)
         if names == []:
             result = SearchResult(hits=[], answered_by="none", mode=mode, query=query,

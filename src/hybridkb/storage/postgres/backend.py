@@ -465,6 +465,11 @@ class PostgresBackend:
             "SELECT corpus, sum(n_docs) FROM corpus_stats GROUP BY corpus "
             "HAVING sum(n_docs) > 0 ORDER BY corpus")}
 
+    def value_counts(self, key: str, corpora: Sequence[str]) -> dict[str, int]:
+        query = records.value_counts_sql(key, "metadata ->> %s", "corpus = ANY(%s)")
+        rows = self._read(query, [*([] if key == "kind" else [key]), list(corpora)])
+        return {str(v): int(n) for v, n in rows if v is not None}
+
     def iter_items(self, batch_size: int = 500) -> Iterator[list[StoredItem]]:
         last = 0
         while True:

@@ -420,6 +420,12 @@ class SQLiteBackend:
         return dict(self._memoized("corpora", lambda: dict(self._read(
             "SELECT corpus, n FROM corpus_counts WHERE n > 0 ORDER BY corpus"))))
 
+    def value_counts(self, key: str, corpora: Sequence[str]) -> dict[str, int]:
+        where = f"corpus IN ({_marks(len(corpora))})"
+        query = records.value_counts_sql(key, "json_extract(metadata, ?)", where)
+        params = [*([] if key == "kind" else [f'$."{key}"']), *corpora]
+        return {str(v): int(n) for v, n in self._read(query, params) if v is not None} if corpora else {}
+
     def iter_items(self, batch_size: int = 500) -> Iterator[list[StoredItem]]:
         last = 0
         while True:
