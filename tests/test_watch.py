@@ -84,6 +84,12 @@ def test_watch_sees_create_edit_rename_and_delete(tmp_path: Path) -> None:
         (root / "moved.md").unlink()
         _expect(out, "removed moved.md (-1)", seen)
         assert set(_texts(db)) == {"first.md"}
+        # a file past the size limit: said once, with the reason one-shot `index` gives
+        (root / "big.md").write_text("# Big\n\n" + "a line of text\n" * 80_000)
+        _expect(err, "skipped: big.md: larger than 1 MB", seen)
+        (root / "later.md").write_text("# Later\n\nstill watching\n")
+        _expect(out, "added later.md (+1)", seen)
+        assert not any(line.startswith("skipped: big.md") for line in _drain(err, seen))
     finally:
         proc.send_signal(signal.SIGINT)
         try:

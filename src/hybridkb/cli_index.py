@@ -194,7 +194,8 @@ def index_(ctx: Context, path: Path, corpus: str, includes: tuple[str, ...], exc
         from .watch import watch_folder
 
         watch_folder(kb, path, corpus, include=includes, exclude=excludes, debounce_ms=debounce,
-                     embed=not no_embed and kb.embedder is not None, as_json=ctx.as_json)
+                     embed=not no_embed and kb.embedder is not None, as_json=ctx.as_json,
+                     already_skipped=summary.skipped)
 
 
 @click.command(name="optimize")
