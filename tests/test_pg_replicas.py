@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import time
 from collections.abc import Iterator
 
 import psycopg
@@ -101,6 +103,30 @@ def test_an_unreachable_replica_is_skipped_from_the_start(
         assert kb.search("searchable", mode="fts").ids == ["a"]
     assert any("replica postgresql://nobody@127.0.0.1:1/none skipped" in r.getMessage()
                for r in caplog.records)
+
+
+def test_an_unreachable_replica_is_reported_once_per_outage_with_backoff(
+        pg_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One warning per outage, whatever the number of searches; the retries come further and
+    further apart (and say so only at debug level); the connection pool's own per-attempt
+    warnings are not repeated for a replica."""
+    monkeypatch.setattr(replicas, "RETRY_AFTER_S", 0.1)
+    dead = "postgresql://nobody@127.0.0.1:1/none"
+    with caplog.at_level(logging.DEBUG), \
+            hybridkb.open(pg_url, embedder=None, replicas=[dead], connect_timeout=1) as kb:
+        kb.add("still searchable", id="a")
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:
+            assert kb.search("searchable", mode="fts").ids == ["a"]
+            time.sleep(0.02)
+    about = [r for r in caplog.records if "nobody@127.0.0.1:1" in r.getMessage()]
+    loud = [r for r in about if r.levelno >= logging.WARNING]
+    assert len(loud) == 1, [r.getMessage() for r in loud]
+    assert "unreachable" in loud[0].getMessage()
+    waits = [float(m.group(1)) for r in about if r.levelno == logging.DEBUG
+             for m in [re.search(r"tried again in ([0-9.e+-]+) s", r.getMessage())] if m]
+    assert 2 <= len(waits) <= 8, waits  # not one per search
+    assert waits == sorted(waits) and waits[-1] >= 4 * waits[0], waits  # each wait twice the last
 
 
 def test_cli_replica_option(cluster: tuple[object, object]) -> None:

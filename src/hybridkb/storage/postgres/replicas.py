@@ -2,8 +2,9 @@
 
 Each replica gets a small pool of its own, opened without waiting (a replica that is down
 when the store opens is only a warning). Retrievals go to the replicas in turn; a replica
-whose connection fails is skipped, with a warning, for RETRY_AFTER_S seconds, and the
-query runs on the next one or on the primary. A query cancelled by the replica because
+whose connection fails is skipped for RETRY_AFTER_S seconds, then twice as long each time
+it still fails (one warning per outage), and the query runs on the next one or on the
+primary. A query cancelled by the replica because
 of a conflict with recovery (hot standby) is run again on the primary.
 
 Read-your-writes: the backend remembers the primary's WAL position after each of its
@@ -32,31 +33,89 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 log = logging.getLogger("hybridkb")
 
-RETRY_AFTER_S = 30.0  # a failed replica is left alone this long
+RETRY_AFTER_S = 30.0  # a failed replica is left alone this long, then twice as long...
+MAX_RETRY_AFTER_S = 600.0  # ...up to this
 _POLL_S = 0.005
 _CAUGHT_UP = "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn"
 # A replica's own failures, as opposed to a bad query (which fails on the primary too).
 _REPLICA_FAILURES = (psycopg.OperationalError, pg_errors.SerializationFailure,
                      pg_errors.AdminShutdown, pg_errors.CannotConnectNow)
+_POOL_NAME = "hybridkb-replica "
+
+
+class _QuietReplicaPools(logging.Filter):
+    """psycopg_pool warns on every failed connection attempt of a pool; for a replica's
+    pool `Replica` says it once per outage instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return _POOL_NAME not in str(record.msg) and not any(
+            _POOL_NAME in str(arg) for arg in (record.args if isinstance(record.args, tuple) else ()))
+
+
+_QUIET = _QuietReplicaPools()
 
 
 class Replica:
-    """One streaming replica: its pool and whether it is left alone for now."""
+    """One streaming replica: its pool and whether it is left alone for now.
+
+    While it is down its pool is closed (no reconnect attempts in the background); it is
+    tried again after RETRY_AFTER_S, then after twice as long each time it still fails,
+    with one warning per outage and one line when it answers again."""
 
     def __init__(self, url: str, *, connect_kwargs: dict[str, Any], configure: Callable[..., None],
                  timeout: float, max_size: int) -> None:
+        logging.getLogger("psycopg.pool").addFilter(_QUIET)  # once: a logger keeps a filter once
         self.url = redact(url)
         self.down_until = 0.0
-        self.pool: ConnectionPool[Connection[Any]] = ConnectionPool(
-            url, kwargs=connect_kwargs, min_size=1, max_size=max_size, configure=configure,
-            timeout=timeout, name=f"hybridkb-replica {self.url}", open=False)
+        self.failures = 0  # in a row: 0 while it answers
+        self._down_since = 0.0
+        self._lock = threading.Lock()
+        self._options: dict[str, Any] = {
+            "kwargs": connect_kwargs, "min_size": 1, "max_size": max_size, "configure": configure,
+            "timeout": timeout, "name": _POOL_NAME + self.url, "open": False}
+        self._dsn = url
+        self.pool = self._make()
         self.pool.open(wait=False)
 
+    def _make(self) -> ConnectionPool[Connection[Any]]:
+        return ConnectionPool(self._dsn, **self._options)
+
+    def available(self, now: float) -> bool:
+        """Whether to try it now (its pool opened again once a wait is over)."""
+        if self.down_until > now:
+            return False
+        with self._lock:
+            if self.pool.closed:
+                self.pool = self._make()
+                self.pool.open(wait=False)
+        return True
+
     def fail(self, reason: object) -> None:
-        self.down_until = time.monotonic() + RETRY_AFTER_S
-        log.warning("hybridkb: replica %s skipped for %.0f s: %s", self.url, RETRY_AFTER_S,
-                    " ".join(str(reason).split()) or type(reason).__name__)
-        self.pool.check()  # drop its dead connections now
+        now = time.monotonic()
+        with self._lock:
+            if self.down_until > now:
+                return  # another search saw the same failure
+            self.failures += 1
+            wait = min(MAX_RETRY_AFTER_S, RETRY_AFTER_S * 2 ** (self.failures - 1))
+            self.down_until = now + wait
+            why = " ".join(str(reason).split()) or type(reason).__name__
+            if self.failures == 1:
+                self._down_since = now
+                log.warning("hybridkb: replica %s skipped (unreachable): searches go to the other "
+                            "servers; tried again in %g s, then less often: %s", self.url, wait, why)
+            else:
+                log.debug("hybridkb: replica %s still unreachable after %.0f s; tried again in "
+                          "%g s: %s", self.url, now - self._down_since, wait, why)
+            pool = self.pool
+        pool.close(timeout=0)  # no reconnect attempts while it is left alone
+
+    def answered(self) -> None:
+        if self.failures:
+            with self._lock:
+                if self.failures:
+                    log.warning("hybridkb: replica %s answers again (after %.0f s)", self.url,
+                                time.monotonic() - self._down_since)
+                    self.failures = 0
 
     def close(self) -> None:
         self.pool.close()
@@ -82,7 +141,7 @@ class Replicas:
             start = self._next
             self._next = (self._next + 1) % max(1, len(self.replicas))
         turn = self.replicas[start:] + self.replicas[:start]
-        return [r for r in turn if r.down_until <= now]
+        return [r for r in turn if r.available(now)]
 
     def noted_write(self, lsn: str) -> None:
         self.last_write_lsn = lsn
@@ -108,7 +167,9 @@ class Replicas:
                 with replica.pool.connection(timeout=min(2.0, replica.pool.timeout)) as conn:
                     if not self._caught_up(conn):
                         return False, None
-                    return True, work(conn)
+                    result = work(conn)
+                replica.answered()
+                return True, result
             except PoolTimeout as exc:
                 replica.fail(exc)
             except _REPLICA_FAILURES as exc:
