@@ -110,6 +110,12 @@ def reader_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     notes = [{"id": ANY_ID, "text": "Retry each call twice, then give up.", "kind": "decision"},
              {"id": "note-2", "title": "Deploys", "text": "Deploy billing after migration_032."}]
     (base / "notes.jsonl").write_text("".join(json.dumps(n) + "\n" for n in notes), encoding="utf-8")
+    try:  # docs/models.md's folders: tiny models built as tests/test_onnx_models.py builds them
+        from test_onnx_models import cross_encoder, model_folder
+    except (ImportError, pytest.skip.Exception):
+        return base
+    model_folder(base, "bge-small")
+    cross_encoder(base, name="ms-marco")
     return base
 
 
@@ -360,9 +366,10 @@ def test_the_embedder_names_agree_in_errors_help_and_docs() -> None:
     help_text = CliRunner().invoke(cli, ["--help"]).output
     assert CHOICES in str(error.value)
     assert " ".join(CHOICES.split()) in " ".join(help_text.split())
-    names = re.findall(r"\b(default|hashing-DIM|none)\b", CHOICES)
-    assert names == ["default", "hashing-DIM", "none"]
+    names = re.findall(r"\b(default|onnx:PATH|hashing-DIM|none)\b", CHOICES)
+    assert names == ["default", "onnx:PATH", "hashing-DIM", "none"]
     for name in names:
-        get_embedder(name.replace("DIM", "64"))  # each name the message offers is accepted
+        if name != "onnx:PATH":  # tests/test_onnx_models.py builds a folder for it
+            get_embedder(name.replace("DIM", "64"))  # each name the message offers is accepted
     config_doc = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
-    assert "embedder = \"default\"            # default, hashing-DIM, none" in config_doc
+    assert "embedder = \"default\"            # default, onnx:PATH, hashing-DIM, none" in config_doc

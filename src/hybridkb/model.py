@@ -273,6 +273,7 @@ class Hit:
     relevance: float = 0.0  # fused score / best possible in the same search, before boosts
     boosts: dict[str, float] = field(default_factory=dict)
     alternate_sources: list[dict[str, str]] = field(default_factory=list)
+    rerank_score: float | None = None  # the rerank stage's relevance in [0, 1], when it ran
 
     @property
     def found_by(self) -> tuple[str, ...]:
@@ -305,6 +306,8 @@ class Hit:
             out.update(path=self.path, start_line=self.start_line, end_line=self.end_line)
         if self.alternate_sources:
             out["alternate_sources"] = self.alternate_sources
+        if self.rerank_score is not None:
+            out["rerank_score"] = self.rerank_score
         if explain:
             out["explanation"] = {
                 "retrievers": {

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from . import dedup, textquery
 from . import fusion as fusion_lib
@@ -134,10 +135,19 @@ class _Group:
 QueryEmbedder = Callable[[str], Vector]
 
 
+class Reranker(Protocol):
+    """A rerank stage (a cross-encoder, embedding/rerank.py): it reorders a search's first
+    `depth` hits by `score`, one relevance in [0, 1] per text for the query."""
+
+    depth: int
+
+    def score(self, query: str, texts: Sequence[str]) -> list[float]: ...
+
+
 def run(
     plan: SearchPlan, backend: Backend, *, corpora: Sequence[str], now: float,
     embed_query: QueryEmbedder | None, labels: dict[str, str] | None = None,
-    notes: Sequence[str] = (),
+    notes: Sequence[str] = (), rerank: Reranker | None = None,
 ) -> SearchResult:
     """Execute a validated plan over `corpora` (already resolved by the caller)."""
     labels = labels or {}
@@ -221,10 +231,25 @@ def run(
         order = [d for d in order if final[d][0] >= plan.min_score - 1e-12]
     # Rank the head by its final score (ties by id); only the page becomes Hit objects.
     ranked = sorted(order, key=lambda doc: (-final[doc][1], items[doc].id))
-    page = [_hit(doc, candidates[doc], items, boosts, labels)
+    reranked: dict[Key, float] = {}
+    if rerank is not None and plan.query.strip():
+        ranked, reranked = _rerank(rerank, plan.query, ranked, items)
+    page = [_hit(doc, candidates[doc], items, boosts, labels, reranked.get(doc))
             for doc in ranked[plan.offset : plan.offset + plan.limit]]
     return SearchResult(hits=page, answered_by=answered, mode=plan.mode, query=plan.query,
                         notes=result_notes)
+
+
+def _rerank(rerank: Reranker, query: str, ranked: list[Key],
+            items: dict[Key, StoredItem]) -> tuple[list[Key], dict[Key, float]]:
+    """The first `depth` hits in the reranker's order (ties keep theirs), the rest as they were."""
+    head, depth = ranked[: rerank.depth], rerank.depth
+    scores = [float(x) for x in rerank.score(query, [items[doc].text for doc in head])]
+    if len(scores) != len(head):
+        raise ValueError(f"the reranker gave {len(scores)} scores for {len(head)} texts")
+    by = dict(zip(head, scores, strict=True))
+    order = sorted(range(len(head)), key=lambda i: (-scores[i], i))
+    return [head[i] for i in order] + ranked[depth:], by
 
 
 def _pool_ahead(lists: dict[tuple[str, ...], dict[str, ScoredKeys]], pool: int) -> set[Key]:
@@ -341,7 +366,7 @@ def _final(cand: _Candidate, boost: tuple[dict[str, float], float]) -> tuple[flo
 
 def _hit(
     doc: Key, cand: _Candidate, items: dict[Key, StoredItem], boosts: _Boosts,
-    labels: dict[str, str],
+    labels: dict[str, str], rerank_score: float | None = None,
 ) -> Hit:
     item = items[doc]
     factors, product = boosts.of(item)
@@ -353,6 +378,7 @@ def _hit(
         metadata=item.metadata, created_at=item.created_at, retrievers=cand.owner.retrievers(doc),
         alternate_sources=[{"id": items[a].id, "source": _label(items[a], labels)}
                            for a in cand.alternates if a in items],
+        rerank_score=rerank_score,
     )
 
 

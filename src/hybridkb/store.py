@@ -63,9 +63,10 @@ class KnowledgeBase:
 
     def __init__(self, backend: Backend, embedder: Embedder | None, *,
                  score_policy: ScorePolicy | None = None, embed: str = "sync",
-                 sample_queries: bool = True) -> None:
+                 sample_queries: bool = True, reranker: pipeline.Reranker | None = None) -> None:
         self.backend = backend
         self.embedder = embedder
+        self.reranker = reranker  # reorders each search's first hits (embedding/rerank.py)
         self._asked = asked.QuerySampler(lambda rows, closing: backend.keep_query_vectors(  # asked.py
             rows, now_ts(), measure=not closing), enabled=bool(sample_queries))
         self.score_policy = score_policy or ScorePolicy()
@@ -426,7 +427,7 @@ class KnowledgeBase:
                 notes.append(f"{self.awaiting_embedding()} item(s) awaiting embedding: found by full "
                              f"text only until embedded (`hybridkb embed`)")
             result = pipeline.run(plan, self.backend, corpora=names, now=now_ts(), embed_query=embed,
-                                  labels=self.label_templates(), notes=notes)
+                                  labels=self.label_templates(), notes=notes, rerank=self.reranker)
             if not result.hits:  # a typo in a kind or language finds nothing: say so
                 store_filters.check_known(plan.filters, lambda key: self.backend.value_counts(key, names))
         if touch and result.hits:

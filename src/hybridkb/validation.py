@@ -141,6 +141,13 @@ def check_embed_mode(mode: object) -> str:
     return str(mode)
 
 
+def check_rerank_depth(depth: object) -> int:
+    """How many of a search's first hits a rerank stage reorders (1 to 1000)."""
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= 1000:
+        raise InvalidInputError(f"rerank_depth must be an integer from 1 to 1000, got {depth!r:.60}")
+    return depth
+
+
 def check_batch_size(batch_size: object) -> int:
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidInputError(f"batch_size must be a positive integer, got {batch_size!r}")
