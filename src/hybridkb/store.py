@@ -65,8 +65,7 @@ class KnowledgeBase:
                  score_policy: ScorePolicy | None = None, embed: str = "sync",
                  sample_queries: bool = True, reranker: pipeline.Reranker | None = None) -> None:
         self.backend = backend
-        self.embedder = embedder
-        self.reranker = reranker  # reorders each search's first hits (embedding/rerank.py)
+        self.embedder, self.reranker = embedder, reranker  # the rerank stage: embedding/rerank.py
         self._asked = asked.QuerySampler(lambda rows, closing: backend.keep_query_vectors(  # asked.py
             rows, now_ts(), measure=not closing), enabled=bool(sample_queries))
         self.score_policy = score_policy or ScorePolicy()
