@@ -132,3 +132,29 @@ def test_every_command_has_help() -> None:
             result.output.startswith(f"Usage: cli {name}\n"), result.output
         first = command.help.strip().splitlines()[0]
         assert " ".join(first.split()[:4]) in " ".join(result.output.split()), (name, first)
+
+
+def test_hit_headers_fit_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hit's first line is under 100 columns: `path:line` once (no label or id repeating
+    it) and the heading or symbol, cut when long; other items show label and id."""
+    monkeypatch.chdir(tmp_path)
+    docs = tmp_path / "npmdocs" / "using-npm"
+    docs.mkdir(parents=True)
+    heading = "Publishing public scoped packages to the public npm registry and what it costs"
+    (docs / "scope.md").write_text(f"# Scoped packages\n\n## Publishing scoped packages\n\n### {heading}\n\n"
+                                   "To publish a public scoped package, run npm publish --access public.\n")
+    db = str(tmp_path / "kb.db")
+    run = CliRunner().invoke
+    assert run(cli, ["--db", db, "--embedder", "hashing-64", "index", str(tmp_path / "npmdocs"),
+                     "--corpus", "npmdocs"]).exit_code == 0
+    assert run(cli, ["--db", db, "--embedder", "hashing-64", "add", "publish scoped packages as a decision",
+                     "--kind", "decision", "--id", "d-" + "x" * 120]).exit_code == 0
+    out = run(cli, ["--db", db, "--embedder", "hashing-64", "search", "publish scoped package"])
+    assert out.exit_code == 0, out.output
+    heads = [line for line in out.stdout.splitlines() if line[:5].strip().rstrip(".").isdigit()]
+    assert len(heads) >= 2 and all(len(h) < 100 for h in heads), heads
+    file_head = next(h for h in heads if "scope.md:" in h)
+    assert file_head.count("scope.md") == 1 and "npmdocs:" not in file_head and "[doc:" not in file_head
+    assert "› … > Publishing public scoped packages" in file_head and file_head.endswith("…")
+    memo = next(h for h in heads if "[memory: decision]" in h)
+    assert "(d-xxxx" in memo and memo.endswith("…")

@@ -136,9 +136,40 @@ def _where(hit: Hit, roots: dict[str, str], line: int) -> str:
     return f"{path}:{line}"
 
 
+HEADER_WIDTH = 99  # a hit's first line fits a terminal of 100 columns
+
+
+def _part(hit: Hit) -> str:
+    """The symbol or heading a file's chunk is, as its label names it after the path."""
+    name = hit.metadata.get("symbol") or hit.metadata.get("heading")
+    return f"› {name}" if isinstance(name, str) and name else ""
+
+
+def _cut(text: str, room: int) -> str:
+    return text if len(text) <= room else text[: max(room - 1, 0)] + "…"
+
+
+def _header(start: str, main: str, extra: str) -> str:
+    """`rank. score  main  extra` in HEADER_WIDTH columns: `extra` (a symbol, an id) is cut
+    first, then the middle of `main` (a path keeps its file name and line, a label its ends)."""
+    room = HEADER_WIDTH - len(start)
+    if len(main) > room:
+        keep = room - 1
+        main = main[: keep // 3] + "…" + main[len(main) - (keep - keep // 3):]
+    space = room - len(main) - 2
+    parts = extra.removeprefix("› ").split(" > ")
+    while len(extra) > space and len(parts) > 1:  # a heading path keeps its innermost headings
+        parts = parts[1:]
+        extra = "› … > " + " > ".join(parts)
+    extra = _cut(extra, space)
+    return start + main + (f"  {extra}" if extra and len(extra) > 1 else "")
+
+
 def format_hits(result: SearchResult, explain: bool, *, ansi: bool = False,
                 roots: dict[str, str] | None = None) -> str:
-    """Hits as text: rank, score, label, `path:line` and the best-matching lines, terms marked."""
+    """Hits as text: rank, score and `path:line` (a file's chunk, with its symbol or heading) or
+    label and id (any other item) on one line that fits a terminal; below it the
+    best-matching lines, terms marked."""
     from .snippets import best_lines, highlight, query_terms, snippet
 
     if not result.hits:
@@ -146,15 +177,16 @@ def format_hits(result: SearchResult, explain: bool, *, ansi: bool = False,
     terms = query_terms(result.query)
     lines = [f"answered by: {result.answered_by}"] + [f"note: {n}" for n in result.notes]
     for rank, hit in enumerate(result.hits, start=1):
-        head = f"{rank:>3}. {hit.score:.3f}  {hit.source_label}  ({hit.id})"
-        lines.append(head)
+        start = f"{rank:>3}. {hit.score:.3f}  "
         if hit.path is not None and hit.start_line is not None:
             shown = best_lines(hit.text, result.query, first_line=hit.start_line)
-            lines.append(f"      {_where(hit, roots or {}, shown.best)}")
+            lines.append(_header(start, _where(hit, roots or {}, shown.best), _part(hit)))
             width = len(str(shown.last))
             for number, text in enumerate(shown.lines, start=shown.first):
                 lines.append(f"      {number:>{width}} │ {highlight(text, terms, ansi=ansi)}")
         else:
+            lines.append(_header(start, hit.source_label, f"({hit.id})" if hit.id not in hit.source_label
+                                 else ""))
             lines.append("      " + highlight(snippet(hit.text, result.query, 100), terms, ansi=ansi))
         if hit.alternate_sources:
             alts = ", ".join(a.get("source", a["id"]) for a in hit.alternate_sources)
