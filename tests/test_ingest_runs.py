@@ -179,18 +179,27 @@ def test_interrupted_index_keeps_finished_files_and_the_next_run_continues(tmp_p
 def test_dry_run_lists_changes_and_writes_nothing(tmp_path: Path) -> None:
     root, db = tmp_path / "r", tmp_path / "kb.db"
     _write(root, {"a.md": "# A\n\nalpha\n", "b.md": "# B\n\nbeta\n", "c.py": "def c():\n    return 1\n"})
-    code, out, _ = _invoke("index", str(root), "--corpus", "r", "--dry-run", db=db)
+    code, out, err = _invoke("index", str(root), "--corpus", "r", "--dry-run", db=db)
     assert code == 0
-    assert "would be added a.md (+1)" in out and "would be added c.py (+1)" in out
-    assert _count(db) == 0
+    assert "would add a.md (+1)" in out and "would add c.py (+1)" in out
+    assert "would add 3 chunks, update 0, remove 0" in out
+    assert "committed" not in err and "searchable" not in err and "embedded" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]  # no store file, no index folder
     assert _invoke("index", str(root), "--corpus", "r", db=db)[0] == 0
     (root / "a.md").write_text("# A\n\nalpha, edited\n")
     (root / "b.md").unlink()
     (root / "d.md").write_text("delta\n")
+
+    def snapshot() -> dict[str, bytes]:
+        return {str(p.relative_to(tmp_path)): p.read_bytes() for p in sorted(tmp_path.rglob("*"))
+                if p.is_file() and not str(p.relative_to(tmp_path)).startswith("r")}
+
+    before = snapshot()
     code, out, _ = _invoke("index", str(root), "--corpus", "r", "--dry-run", db=db)
     assert code == 0
-    assert "would be changed a.md (~1)" in out and "would be removed b.md (-1)" in out
-    assert "would be added d.md (+1)" in out and "c.py" not in out
+    assert "would change a.md (~1)" in out and "would remove b.md (-1)" in out
+    assert "would add d.md (+1)" in out and "c.py" not in out
+    assert snapshot() == before  # not a byte of the store or its indexes written
     code, out, _ = _invoke("--json", "index", str(root), "--corpus", "r", "--dry-run", db=db)
     data = json.loads(out)
     assert data["dry_run"] is True

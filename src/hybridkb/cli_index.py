@@ -21,6 +21,7 @@ import click
 from .cli_common import emit, handle_errors, pass_ctx
 from .cli_options import Context
 from .store import KnowledgeBase
+from .validation import is_postgres_target
 
 
 @contextmanager
@@ -115,7 +116,7 @@ def _print_summary(summary: Any, dry_run: bool) -> None:
         click.echo(f"warning: {warning}", err=True)
     if dry_run:
         for change in summary.changes:
-            click.echo(f"would be {change.line()}")
+            click.echo(change.line(dry_run=True))
     click.echo(summary.line())
 
 
@@ -170,6 +171,11 @@ def index_(ctx: Context, path: Path, corpus: str, includes: tuple[str, ...], exc
     (with their own progress line). A re-run touches only what changed; Ctrl-C keeps
     finished files. Respects .gitignore; skips binary, data, generated and vendored files.
     """
+    if dry_run:  # nothing is written, embedded or created: a missing store reads as an empty one
+        ctx.embedder = None
+        ctx.write_nothing()
+        if not is_postgres_target(ctx.db) and not Path(ctx.db).expanduser().exists():
+            ctx.db = ":memory:"
     kb = ctx.kb()
     kb.embed_mode = "defer"
     options: dict[str, Any] = {"include": includes, "exclude": excludes, "dry_run": dry_run,
@@ -180,7 +186,7 @@ def index_(ctx: Context, path: Path, corpus: str, includes: tuple[str, ...], exc
     data["text_seconds"] = round(summary.seconds, 3)
     if not ctx.as_json:
         _print_summary(summary, dry_run)
-        if chunks:
+        if chunks and not dry_run:
             took = summary.seconds
             click.echo(f"text committed in {took:.1f}s ({_rate(summary.files_scanned, took)} files, "
                        f"{_rate(chunks, took)} chunks); searchable by text now", err=True)

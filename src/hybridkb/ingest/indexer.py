@@ -59,12 +59,16 @@ class FileChange:
     updated: int = 0
     removed: int = 0
 
-    def line(self) -> str:
+    def line(self, *, dry_run: bool = False) -> str:
         parts = [f"+{self.added}" if self.added else "", f"~{self.updated}" if self.updated else "",
                  f"-{self.removed}" if self.removed else ""]
         quiet = "lines moved" if self.action == "changed" else "no chunks"
         counts = " ".join(p for p in parts if p) or quiet
-        return f"{self.action} {self.path} ({counts})"
+        action = _WOULD.get(self.action, f"would be {self.action}") if dry_run else self.action
+        return f"{action} {self.path} ({counts})"
+
+
+_WOULD = {"added": "would add", "changed": "would change", "removed": "would remove"}
 
 
 @dataclass(slots=True)
@@ -92,9 +96,13 @@ class IndexSummary:
         return asdict(self)
 
     def line(self) -> str:
-        verb = "would index" if self.dry_run else "indexed"
-        if self.interrupted:
-            verb = "interrupted: partly indexed"
+        if self.dry_run:
+            text = (f"would index {self.root} into {self.corpus!r}: {self.files_scanned} files "
+                    f"({self.files_changed} to change, {self.files_unchanged} unchanged, "
+                    f"{self.files_removed} to remove); would add {self.chunks_added} chunks, "
+                    f"update {self.chunks_updated}, remove {self.chunks_removed}")
+            return text + (f"; would skip {len(self.skipped)} files" if self.skipped else "")
+        verb = "interrupted: partly indexed" if self.interrupted else "indexed"
         text = (f"{verb} {self.root} into {self.corpus!r}: {self.files_scanned} files "
                 f"({self.files_changed} changed, {self.files_unchanged} unchanged, "
                 f"{self.files_removed} removed); chunks {self.chunks_added} added, "
