@@ -259,6 +259,29 @@ def test_rerank_reorders_the_first_hits_by_the_cross_encoder(tmp_path: Path, two
         assert hits[0].to_dict()["rerank_score"] == hits[0].rerank_score
 
 
+def test_the_cli_reranks_with_a_cross_encoder_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from hybridkb.cli import cli
+
+    folder = cross_encoder(tmp_path)
+    db = str(tmp_path / "kb.db")
+    runner = CliRunner()
+    for text in DOCS:
+        assert runner.invoke(cli, ["--db", db, "--embedder", "hashing-32", "add", text]).exit_code == 0
+
+    def first(*options: str) -> str:
+        found = runner.invoke(cli, ["--db", db, "--embedder", "hashing-32", *options, "--json", "search",
+                                    "storage file"])
+        assert found.exit_code == 0, found.output
+        return str(json.loads(found.stdout)["hits"][0]["text"])
+
+    assert first() != "storage relevant"
+    assert first("--rerank", f"onnx:{folder}") == "storage relevant"
+    monkeypatch.setenv("HYBRIDKB_RERANK", f"onnx:{folder}")
+    assert first() == "storage relevant"
+
+
 def test_rerank_touches_only_its_depth(tmp_path: Path) -> None:
     folder = cross_encoder(tmp_path)
     with hybridkb.open(tmp_path / "kb.db", embedder=HashingEmbedder(32)) as kb:

@@ -1,6 +1,6 @@
 """The CLI's global options and the context every command runs in.
 
-`--db`, `--embedder`, `--no-embedder`, `--json`, `--replica` and `--read-your-writes` are
+`--db`, `--embedder`, `--rerank`, `--no-embedder`, `--json`, `--replica` and `--read-your-writes` are
 accepted before or after the command (`hybridkb --json search x` = `hybridkb search x
 --json`): the group
 and every command carry them, and their values land in one place (`ctx.meta`),
@@ -49,6 +49,9 @@ def _global_options() -> list[click.Option]:
                           f"default {DEFAULT_DB}).", is_eager=False),
         click.Option(["--embedder"], default=None, expose_value=False, callback=_remember,
                      metavar="NAME", help=f"Embedding model: {embedding.CHOICES} (env HYBRIDKB_EMBEDDER)."),
+        click.Option(["--rerank"], default=None, expose_value=False, callback=_remember, metavar="onnx:PATH",
+                     help="A cross-encoder's folder: reorder each search's first 30 hits by it "
+                          "(env HYBRIDKB_RERANK; docs/models.md)."),
         click.Option(["--no-embedder"], is_flag=True, default=False, expose_value=False,
                      callback=_remember, help="Full-text only: no vectors, no model load."),
         click.Option(["--json", "as_json"], is_flag=True, default=False, expose_value=False,
@@ -146,6 +149,8 @@ class Context:
                 options["progress"] = progress_bar
             if self._flags.get("read_only"):  # e.g. `serve --read-only`: not even the query sample
                 options["sample_queries"] = False
+            if rerank := self._flags.get("rerank") or os.environ.get("HYBRIDKB_RERANK"):
+                options["rerank"] = rerank
             self._kb = open_kb(self.db, embedder=self.embedder, **options)
         return self._kb
 
