@@ -100,3 +100,31 @@ def test_llamaindex_retriever_options(kb: KnowledgeBase) -> None:
     assert [n.node.node_id for n in wiki.retrieve("deploy")] == [ids["other"]]
     with pytest.raises(InvalidInputError, match="unknown mode"):
         HybridKBRetriever(kb, mode="psychic")
+
+
+def test_langchain_retriever_takes_k_as_langchain_does(kb: KnowledgeBase) -> None:
+    pytest.importorskip("langchain_core")
+    from hybridkb.adapters.langchain import HybridKBRetriever
+
+    seed(kb)
+    retriever = HybridKBRetriever(kb=kb, k=3, mode="fts")
+    assert retriever.k == retriever.limit == 3
+    assert len(retriever.invoke("sqlite local storage")) == 3
+    assert len(retriever.invoke("sqlite local storage", k=1)) == 1  # this call only
+    assert len(asyncio.run(retriever.ainvoke("sqlite local storage", k=2))) == 2
+    assert len(retriever.invoke("sqlite local storage")) == 3
+    assert HybridKBRetriever(kb=kb, limit=2).k == 2  # the old name still works
+
+
+def test_llamaindex_retriever_takes_similarity_top_k(kb: KnowledgeBase) -> None:
+    pytest.importorskip("llama_index.core")
+    from hybridkb.adapters.llamaindex import HybridKBRetriever
+
+    seed(kb)
+    retriever = HybridKBRetriever(kb, similarity_top_k=2, mode="fts")
+    assert retriever.similarity_top_k == retriever.limit == 2
+    assert len(retriever.retrieve("sqlite local storage")) == 2
+    assert len(HybridKBRetriever(kb, limit=1, mode="fts").retrieve("sqlite local storage")) == 1
+    assert HybridKBRetriever(kb).similarity_top_k == 10
+    with pytest.raises(InvalidInputError, match="not both"):
+        HybridKBRetriever(kb, similarity_top_k=2, limit=3)

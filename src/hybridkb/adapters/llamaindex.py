@@ -1,6 +1,6 @@
 """A LlamaIndex retriever over a hybridkb store (`pip install 'hybridkb[llamaindex]'`).
 
-    retriever = HybridKBRetriever(hybridkb.open("kb.db"), corpora=["wiki"], limit=5)
+    retriever = HybridKBRetriever(hybridkb.open("kb.db"), corpora=["wiki"], similarity_top_k=5)
     nodes = retriever.retrieve("where do we keep data?")     # or await retriever.aretrieve(...)
     nodes[0].score, nodes[0].node.node_id, nodes[0].node.metadata["source"]
 """
@@ -33,24 +33,34 @@ _RANKING_KEYS = ["score", "found_by", "fusion_score", "boosts", "metadata"]
 class HybridKBRetriever(BaseRetriever):
     """Hybrid (BM25 + vector) search as a LlamaIndex retriever returning NodeWithScore.
 
-    Each node is a TextNode whose id is the item id; its metadata holds `source`
-    (the label), `id`, `corpus`, `title`, `kind` and the item's metadata.
+    `similarity_top_k` is how many nodes come back (LlamaIndex's name; `limit=` is accepted
+    for it too). Each node is a TextNode whose id is the item id; its metadata holds
+    `source` (the label), `id`, `corpus`, `title`, `kind` and the item's metadata.
     """
 
     def __init__(self, kb: KnowledgeBase, *, corpus: str | None = None,
                  corpora: Sequence[str] | None = None, filters: Mapping[str, Any] | None = None,
-                 mode: str = "hybrid", fusion: str | None = None, limit: int = 10,
-                 **options: Any) -> None:
+                 mode: str = "hybrid", fusion: str | None = None, similarity_top_k: int | None = None,
+                 limit: int | None = None, **options: Any) -> None:
         if mode not in MODES:
             raise InvalidInputError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
-        self.kb, self.corpus, self.mode, self.fusion, self.limit = kb, corpus, mode, fusion, limit
+        if similarity_top_k is not None and limit is not None and similarity_top_k != limit:
+            raise InvalidInputError("give similarity_top_k or limit (the same setting), not both")
+        top_k = similarity_top_k if similarity_top_k is not None else limit
+        self.kb, self.corpus, self.mode, self.fusion = kb, corpus, mode, fusion
+        self.similarity_top_k = 10 if top_k is None else top_k
         self.corpora = list(corpora) if corpora is not None else None
         self.filters = dict(filters) if filters is not None else None
         super().__init__(**options)
 
+    @property
+    def limit(self) -> int:
+        """`similarity_top_k`, by the name this retriever first gave it."""
+        return self.similarity_top_k
+
     def _search(self, query: str) -> list[NodeWithScore]:
         result = self.kb.search(query, corpus=self.corpus, corpora=self.corpora, filters=self.filters,
-                                mode=self.mode, fusion=self.fusion, limit=self.limit)
+                                mode=self.mode, fusion=self.fusion, limit=self.similarity_top_k)
         nodes = []
         for hit in result.hits:
             node = TextNode(id_=hit.id, text=hit.text, metadata=hit_metadata(hit),
