@@ -1,10 +1,14 @@
-"""Who may use the page and the REST API: the serve token, and the loopback Host/Origin rules.
+"""Who may use the REST API: the serve token, and the loopback Host/Origin rules.
 
-A program sends `Authorization: Bearer <token>`. A person opens the URL that
-`hybridkb serve --http` prints, `http://127.0.0.1:PORT/?token=...`, once: the
-token becomes an HttpOnly, SameSite=Strict cookie and the address bar loses it.
-On a loopback bind, requests whose Host names another host are refused (DNS
-rebinding), and a cross-site Origin is refused everywhere.
+Every /api request must send `Authorization: Bearer <token>`. The page is a set of
+static shells (no stored data in them, so they are served without the token): a person
+opens the URL `hybridkb serve --http` prints, `http://127.0.0.1:PORT/?token=...`, once;
+the page's script moves the token into the origin's localStorage (scheme, host and
+port: no other local server can read it), drops it from the address bar, and sends it
+in the header on each fetch. No cookie authorizes anything: a browser sends cookies to
+every port of a host, so any other local server it visits would receive one. On a
+loopback bind, requests whose Host names another host are refused (DNS rebinding), and
+a cross-site Origin is refused everywhere.
 """
 
 from __future__ import annotations
@@ -12,28 +16,18 @@ from __future__ import annotations
 import hmac
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
-from urllib.parse import urlencode
 
-from starlette.datastructures import URL
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, Response
 
 from ..mcp.http import LOOPBACK_HOSTS, host_name
 
-COOKIE = "hybridkb_token"
+COOKIE = "hybridkb_token"  # set by earlier versions: never read, cleared by the pages
 
 AsgiScope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[AsgiScope, Receive, Send], Awaitable[None]]
-
-_LOGIN_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8">
-<title>hybridkb: token needed</title></head>
-<body style="font-family:sans-serif;max-width:40em;margin:3em auto">
-<h1>hybridkb</h1><p>This page needs the token of this server. Open the address that
-<code>hybridkb serve --http</code> printed (it ends in <code>?token=…</code>), or add
-<code>?token=YOUR_TOKEN</code> to this address once.</p></body></html>"""
-
 
 def error(status: int, kind: str, message: str) -> JSONResponse:
     """The one JSON error shape of the REST API."""
@@ -41,7 +35,8 @@ def error(status: int, kind: str, message: str) -> JSONResponse:
 
 
 class TokenGate:
-    """ASGI middleware in front of the page and the API: Host/Origin rules, then the token."""
+    """ASGI middleware in front of the page and the API: Host/Origin rules everywhere, then
+    the bearer token for /api (the pages are shells that fetch their data with it)."""
 
     def __init__(self, app: ASGIApp, token: str, *, loopback: bool) -> None:
         if not token:
@@ -63,9 +58,7 @@ class TokenGate:
 
     def _authorized(self, request: Request) -> bool:
         header = request.headers.get("authorization", "")
-        if header.startswith("Bearer ") and self._valid(header[len("Bearer "):]):
-            return True
-        return self._valid(request.cookies.get(COOKIE))
+        return header.startswith("Bearer ") and self._valid(header[len("Bearer "):])
 
     async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -73,28 +66,11 @@ class TokenGate:
             return
         request = Request(scope)
         response = self._refusal(request)
-        if response is None and "token" in request.query_params and request.method == "GET":
-            response = self._login(request)
-        if response is None and not self._authorized(request):
-            if request.url.path.startswith("/api/"):
-                response = error(401, "unauthorized", "missing or wrong token: send "
-                                 "`Authorization: Bearer <token>` (printed by `hybridkb serve --http`)")
-                response.headers["www-authenticate"] = 'Bearer realm="hybridkb"'
-            else:
-                response = HTMLResponse(_LOGIN_PAGE, status_code=401)
+        if response is None and request.url.path.startswith("/api/") and not self._authorized(request):
+            response = error(401, "unauthorized", "missing or wrong token: send "
+                             "`Authorization: Bearer <token>` (printed by `hybridkb serve --http`)")
+            response.headers["www-authenticate"] = 'Bearer realm="hybridkb"'
         if response is not None:
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
-
-    def _login(self, request: Request) -> Response:
-        """`?token=` once: set the cookie and send the browser to the same URL without it."""
-        if not self._valid(request.query_params.get("token")):
-            return HTMLResponse(_LOGIN_PAGE, status_code=401)
-        rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-        target = URL(path=request.url.path, query=urlencode(rest))
-        response = RedirectResponse(str(target), status_code=303)
-        response.set_cookie(COOKIE, self._token.decode(), httponly=True, samesite="strict",
-                            secure=request.url.scheme == "https", path="/")
-        response.headers["cache-control"] = "no-store"
-        return response

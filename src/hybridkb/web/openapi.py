@@ -160,8 +160,7 @@ def openapi_document(*, read_only: bool = False) -> dict[str, Any]:
                 "type": "object", "properties": {"type": {"type": "string"},
                                                  "message": {"type": "string"}}}}},
                 "An error: {error: {type, message}}")},
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"},
-                                "cookie": {"type": "apiKey", "in": "cookie", "name": "hybridkb_token"}},
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
-        "security": [{"bearer": []}, {"cookie": []}],
+        "security": [{"bearer": []}],
     }

@@ -1,8 +1,50 @@
-// The search page: a thin client of /api/search. Text from the store only ever goes into
-// text nodes (never innerHTML), so stored content cannot inject markup.
+// The search page and the item page: thin clients of /api. Text from the store only ever
+// goes into text nodes (never innerHTML), so stored content cannot inject markup.
+//
+// The token: read once from ?token= (then dropped from the address), kept in this origin's
+// localStorage (no other port's page can read it) and sent as `Authorization: Bearer` on
+// each fetch. No cookie is sent: a browser gives cookies to every port of a host.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
+const TOKEN_KEY = "hybridkb_token";
+
+function takeToken() {
+  const url = new URL(location.href);
+  const given = url.searchParams.get("token");
+  if (given !== null) {
+    localStorage.setItem(TOKEN_KEY, given);
+    url.searchParams.delete("token");
+    history.replaceState(null, "", url.pathname + url.search + url.hash);
+  }
+}
+
+function showLogin() {
+  if ($("login")) $("login").hidden = false;
+  if ($("status")) $("status").textContent = "";
+}
+
+async function api(path) {
+  const token = localStorage.getItem(TOKEN_KEY);
+  const response = await fetch(path, {
+    credentials: "omit", headers: token ? {Authorization: "Bearer " + token} : {}});
+  if (response.status === 401) {
+    localStorage.removeItem(TOKEN_KEY);  // a wrong or outdated token: ask again
+    showLogin();
+  }
+  return response;
+}
+
+// A link to an /api address opens its JSON: fetched with the token, shown as a file.
+function jsonLink(link) {
+  link.addEventListener("click", async (event) => {
+    event.preventDefault();
+    const response = await api(link.getAttribute("href"));
+    const text = JSON.stringify(await response.json(), null, 2);
+    location.href = URL.createObjectURL(new Blob([text], {type: "application/json"}));
+  });
+  return link;
+}
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -84,7 +126,7 @@ async function search(push) {
   }
   if (push) history.replaceState(null, "", "/?" + params.toString());
   $("status").textContent = "searching…";
-  const response = await fetch("/api/search?" + params.toString(), {credentials: "same-origin"});
+  const response = await api("/api/search?" + params.toString());
   const data = await response.json();
   const list = $("hits");
   list.replaceChildren();
@@ -94,12 +136,12 @@ async function search(push) {
   }
   const notes = data.notes.length ? " · " + data.notes.join("; ") : "";
   $("status").replaceChildren(data.hits.length + " hits · answered by " + data.answered_by + notes + " · ",
-    el("a", {href: "/api/search?" + params.toString(), id: "as-json"}, "JSON"));
+    jsonLink(el("a", {href: "/api/search?" + params.toString(), id: "as-json"}, "JSON")));
   for (const hit of data.hits) list.append(renderHit(hit, data.fusion));
 }
 
 async function loadCorpora() {
-  const response = await fetch("/api/corpora", {credentials: "same-origin"});
+  const response = await api("/api/corpora");
   if (!response.ok) return;
   const data = await response.json();
   for (const c of data.corpora) {
@@ -109,7 +151,39 @@ async function loadCorpora() {
   $("store").textContent = total + " items" + (data.vector_search ? "" : " · full text only");
 }
 
-document.addEventListener("DOMContentLoaded", async () => {
+const ITEM_FIELDS = ["id", "corpus", "kind", "scope", "repo", "namespace", "source_url", "created_at",
+  "updated_at", "expires_at", "access_count"];
+
+async function showItem() {
+  const id = decodeURIComponent(location.pathname.slice("/items/".length));
+  const path = "/api/items/" + encodeURIComponent(id);
+  jsonLink($("as-json")).setAttribute("href", path);
+  $("back").addEventListener("click", (event) => {
+    if (history.length > 1) { event.preventDefault(); history.back(); }
+  });
+  const response = await api(path);
+  if (response.status === 401) return;
+  const data = await response.json();
+  if (!response.ok) {
+    $("status").textContent = (data.error || {}).message || "error " + response.status;
+    return;
+  }
+  document.title = (data.title || data.id) + " · hybridkb";
+  $("item-title").textContent = data.title || data.id;
+  $("item-source").textContent = data.source || "";
+  $("item-loc").textContent = data.location || "";
+  for (const key of ITEM_FIELDS) {
+    const value = data[key];
+    if (value === null || value === undefined || value === "") continue;
+    $("item-fields").append(el("dt", {}, key), el("dd", {}, String(value)));
+  }
+  if (data.metadata && Object.keys(data.metadata).length) {
+    $("item-fields").append(el("dt", {}, "metadata"), el("dd", {}, el("code", {}, JSON.stringify(data.metadata))));
+  }
+  $("item-text").textContent = data.text;
+}
+
+async function showSearch() {
   $("search").addEventListener("submit", (event) => { event.preventDefault(); search(true); });
   await loadCorpora();
   const params = new URLSearchParams(location.search);
@@ -117,4 +191,10 @@ document.addEventListener("DOMContentLoaded", async () => {
     if (params.get(name)) $(name).value = params.get(name);
   }
   if (params.get("q")) search(false);
+}
+
+document.addEventListener("DOMContentLoaded", async () => {
+  takeToken();
+  if (!localStorage.getItem(TOKEN_KEY)) { showLogin(); return; }
+  if ($("item-text")) await showItem(); else await showSearch();
 });
