@@ -9,6 +9,7 @@ this module knows fusion.
 
 from __future__ import annotations
 
+import contextvars
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from .errors import InvalidInputError
 from .labels import source_label
 from .model import MODES, Filters, Hit, RetrieverHit, SearchResult, StoredItem
 from .scoring import ScorePolicy, apply, boosted_by, relevance
+from .storage import notices
 from .storage.contract import Backend, Key, ScoredKeys, SearchArea, Vector
 from .storage.workers import Workers
 
@@ -149,7 +151,19 @@ def run(
     embed_query: QueryEmbedder | None, labels: dict[str, str] | None = None,
     notes: Sequence[str] = (), rerank: Reranker | None = None,
 ) -> SearchResult:
-    """Execute a validated plan over `corpora` (already resolved by the caller)."""
+    """Execute a validated plan over `corpora` (already resolved by the caller). What the
+    store notes meanwhile (an index that could not answer as it should) joins `notes`."""
+    with notices.collecting() as noted:
+        result = _run(plan, backend, corpora=corpora, now=now, embed_query=embed_query,
+                      labels=labels, notes=notes)
+    result.notes.extend(n for n in noted if n not in result.notes)
+    return result
+
+
+def _run(
+    plan: SearchPlan, backend: Backend, *, corpora: Sequence[str], now: float,
+    embed_query: QueryEmbedder | None, labels: dict[str, str] | None, notes: Sequence[str],
+) -> SearchResult:
     labels = labels or {}
     result_notes = list(notes)
     text_query = textquery.parse(plan.query, max_terms=plan.max_terms)
@@ -169,7 +183,9 @@ def run(
         per: dict[str, ScoredKeys] = {}
         pending = None
         if use_fts and qvec is not None and getattr(backend, "retrieves_concurrently", False):
-            pending = _retrievers.pool().submit(backend.vector_search, qvec, area, depth)
+            # in a copy of this context: notes the store adds land in this search's (notices.py)
+            pending = _retrievers.pool().submit(contextvars.copy_context().run,
+                                                backend.vector_search, qvec, area, depth)
         if use_fts:
             per["fts"] = backend.text_search(text_query, area, depth)
         if pending is not None:

@@ -11,18 +11,20 @@ index); the others wait for it and then reload.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
+import os
 import threading
 import time
-import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 
 from ...progress import ProgressFactory, no_progress
-from .text import IndexUnusable, StateReader, TextIndex, read_state
+from .. import notices
+from .health import Health, IndexUnavailable
+from .locks import _file_lock, close_at_exit
+from .text import IndexUnusable, StateReader, TextIndex, engine_failure, read_state
 from .text_delta import TextDelta
 from .text_schema import TITLE_REPEAT, TextDoc, to_document
 
@@ -38,10 +40,6 @@ def make_index_root(root: Path) -> None:
         with contextlib.suppress(OSError):  # a read-only folder: the indexes matter, this does not
             ignore.write_text(IGNORE_ALL, encoding="utf-8")
 
-try:  # POSIX; elsewhere only one process may use a store's derived indexes at a time
-    import fcntl
-except ImportError:  # pragma: no cover
-    fcntl = None  # type: ignore[assignment]
 
 # Replay at most this many changed rows per pass; past this share of the store, a
 # rebuild (no deletes, one sequential scan) is cheaper than a replay.
@@ -65,27 +63,6 @@ FEED_REPLAY_MAX = 250_000
 # only took CPU from it (100,000 items on 2 cores: 2,784-2,869 items/s with two against
 # 2,901-3,012 with one; 1,000,000: the same wall time at load 1.3 instead of 1.8).
 FEED_THREADS = 1
-
-
-class _Closable(Protocol):
-    def close(self, timeout: float = ...) -> None: ...
-
-
-_OPEN: weakref.WeakSet[_Closable] = weakref.WeakSet()
-
-
-def close_at_exit(index: _Closable) -> None:
-    """Close `index` when the interpreter exits, if the store was never closed: a background
-    build or commit still running inside native code (usearch, tantivy) when Python tears
-    down aborts the process (exit code 134)."""
-    _OPEN.add(index)
-
-
-@atexit.register
-def _close_open_indexes() -> None:
-    for index in list(_OPEN):
-        with contextlib.suppress(Exception):
-            index.close(timeout=30.0)
 
 
 class ChangeSource(Protocol):
@@ -139,20 +116,6 @@ def _release_lock(feed: _Feed) -> None:
         lock.close()
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path | None) -> Iterator[None]:
-    if path is None or fcntl is None:
-        yield
-        return
-    handle: IO[Any] = open(path, "a+b")  # noqa: SIM115 - held for the block
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        yield
-    finally:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-        handle.close()
-
-
 class TextIndexSync:
     """The text index of one store, kept current with its change log.
 
@@ -179,6 +142,9 @@ class TextIndexSync:
         self.rebuilds = 0  # how many rebuilds this process ran (for tests and `check`)
         self._state = None if folder is None else StateReader(folder)  # read per search: by stat
         self._feed: _Feed | None = None
+        self.health = Health()  # opening or rebuilding failed: searches scan the store
+        self.lag = Health()  # committing failed (a read-only or full folder): the delta grows
+        self._damage: str | None = None  # why the last open found the index unusable
         close_at_exit(self)
 
     @property
@@ -206,31 +172,50 @@ class TextIndexSync:
                 self._held.depth = 0
 
     def view(self) -> tuple[TextIndex, TextDelta]:
-        """The committed index and the delta of later writes, together every committed write."""
+        """The committed index and the delta of later writes, together every committed write.
+        When the folder cannot be written (read-only, full: `lag`), the delta holds them all."""
         with self._lock:
             index = self._usable()
             _, head = self.source.log_bounds()
             if self._delta.base_seq == index.seq and self._delta.seq >= head:
-                return index, self._delta
+                return index, self._note_lag(self._delta)
             delta = self._delta.copy()  # searches already holding the old one keep it as it is
             self._delta = delta
             if delta.base_seq != index.seq:
                 delta.rebase(index.seq)
             while delta.seq < head:
                 changes, reached = self.source.text_changes(delta.seq, DELTA_MAX + 1)
-                if len(delta) + len(changes) > DELTA_MAX:
-                    with self._exclusive():  # too much for the delta: commit before answering
-                        index = self._catch_up()
-                    return index, self._delta
+                if len(delta) + len(changes) > DELTA_MAX and not self.lag.waiting():
+                    if (caught := self._try_catch_up()) is not None:  # commit before answering
+                        return caught, self._delta
+                    index = self._usable()
                 docs = self.source.text_docs(list(dict.fromkeys(r for _, r in changes)))
                 delta.add(changes, docs, index.analyze, index.title_repeat, reached)
-            if len(delta):
+            if len(delta) and not self.lag.waiting():
                 if self.background:
                     self._start_worker()
-                else:
-                    with self._exclusive():
-                        index = self._catch_up()
-            return index, self._delta
+                elif (caught := self._try_catch_up()) is not None:
+                    return caught, self._delta
+            return index, self._note_lag(self._delta)
+
+    def _try_catch_up(self) -> TextIndex | None:
+        """Commit every logged change now; None when the folder refuses (noted in `lag`)."""
+        try:
+            with self._exclusive():
+                index = self._catch_up()
+        except BaseException as exc:
+            if not engine_failure(exc):
+                raise
+            self.lag.failed(exc)
+            return None
+        self.lag.ok()
+        return index
+
+    def _note_lag(self, delta: TextDelta) -> TextDelta:
+        if len(delta) and self.lag.reason is not None:
+            notices.note(f"the text index lags the store by {len(delta)} writes ({self.lag.reason}); "
+                         "searches read them from the store until it can be written")
+        return delta
 
     def current(self) -> TextIndex:
         """The index, caught up with every write committed before this call."""
@@ -252,16 +237,31 @@ class TextIndexSync:
             if state is None or state.get("generation") != index.generation:
                 index = None
             elif state["seq"] != index.seq:
-                index.reload()
+                try:
+                    index.reload()
+                except IndexUnusable as exc:  # that commit's files are not what it wrote
+                    self._damage, index = str(exc), None
         if index is None:
+            if self.health.waiting():
+                raise IndexUnavailable(f"text index: {self.health.reason}")
             index = self._open()
         oldest, head = self.source.log_bounds()
         if index is None or index.seq < oldest - 1 or index.seq > head:
-            with self._exclusive():
-                index = self._open()  # another process may have rebuilt it meanwhile
-                oldest, head = self.source.log_bounds()
-                if index is None or index.seq < oldest - 1 or index.seq > head:
-                    index = self.rebuild()
+            try:
+                with self._exclusive():
+                    index = self._open()  # another process may have rebuilt it meanwhile
+                    oldest, head = self.source.log_bounds()
+                    if index is None or index.seq < oldest - 1 or index.seq > head:
+                        index = self.rebuild()
+                        if self._damage:
+                            notices.note(f"{self._damage}: rebuilt from the items")
+            except BaseException as exc:
+                if not engine_failure(exc):
+                    raise
+                why = self.health.failed(exc)
+                raise IndexUnavailable(f"{self._damage or 'text index'}; cannot be rebuilt: {why}") from exc
+            self.health.ok()
+            self._damage = None
         if index is not self._index:
             self._index = index
             self._delta = TextDelta(base_seq=index.seq, seq=index.seq)
@@ -272,8 +272,15 @@ class TextIndexSync:
             return self._index
         try:
             return TextIndex.open(self.folder, self.source.store_id, title_repeat=self.title_repeat)
-        except IndexUnusable:
+        except IndexUnusable as exc:
+            if (self.folder / "meta.json").exists():  # not merely never built
+                self._damage = str(exc)
             return None
+
+    def suspect(self) -> None:
+        """A search failed inside the engine: open the index again (its files checked)."""
+        with self._lock:
+            self._index = None
 
     def _catch_up(self) -> TextIndex:
         """Commit every logged change into the index (under the file lock)."""
@@ -295,7 +302,7 @@ class TextIndexSync:
             index.apply(docs, [r for r in rowids if r not in present], reached)
 
     def _start_worker(self) -> None:
-        if self._closed or (self._worker is not None and self._worker.is_alive()):
+        if self._closed or self.lag.waiting() or (self._worker is not None and self._worker.is_alive()):
             return
         self._worker = threading.Thread(target=self._work, name="hybridkb-text-index", daemon=True)
         self._worker.start()
@@ -312,7 +319,7 @@ class TextIndexSync:
         commit releases the GIL); a failure here only leaves the delta for the next try."""
         # Lock order: self._lock is never held while waiting for the file lock here (a search
         # holds self._lock and may wait for the file lock: the other order would deadlock).
-        with contextlib.suppress(Exception):
+        try:
             with self._lock:
                 index = self._index
             if index is None:
@@ -326,6 +333,11 @@ class TextIndexSync:
                     index = self._index
             with self._exclusive():
                 self._fold(index)
+            self.lag.ok()
+        except BaseException as exc:  # the log keeps the writes; the next try folds them
+            if not engine_failure(exc):
+                raise
+            self.lag.failed(exc)
 
     def _fold(self, index: TextIndex) -> None:
         """Commit the logged changes into `index` (under the file lock)."""
@@ -570,7 +582,13 @@ class TextIndexSync:
             index = TextIndex.open(self.folder, self.source.store_id, title_repeat=self.title_repeat)
         except IndexUnusable as exc:
             return [f"text index: {exc} (rebuilt from the items on the next search)"]
+        damage = index.problems(full=True)  # every file's checksum (tantivy's footers)
+        if damage:
+            return [f"text index is damaged: {p}" for p in damage]
         oldest, head = self.source.log_bounds()
+        if index.seq < head and not os.access(self.folder, os.W_OK):
+            return [f"text index: its folder {self.folder} cannot be written; {head - index.seq} "
+                    "logged changes wait to be indexed (searches read them from the store)"]
         if index.seq < oldest - 1 or index.seq > head:
             return [f"text index reflects change {index.seq}, which the log no longer joins "
                     f"(log holds {oldest}..{head}); rebuilt on the next search"]

@@ -15,7 +15,9 @@ import dataclasses
 import json
 import os
 import shutil
+import tempfile
 import uuid
+import weakref
 from collections.abc import Iterable, Sequence
 from operator import itemgetter
 from pathlib import Path
@@ -26,6 +28,7 @@ import tantivy
 from ...model import Filters
 from ...textquery import TextQuery
 from . import text_schema as ts
+from . import verify
 from .text_delta import IndexStats
 from .text_scope import CorpusStats, count_matches
 
@@ -39,6 +42,13 @@ class IndexUnusable(Exception):
     """The index folder is missing, damaged, of another format or of another store."""
 
 
+def engine_failure(exc: BaseException) -> bool:
+    """Whether `exc` came out of an index rather than from the user: tantivy's errors
+    (ValueError, OSError) and its panics (`pyo3_runtime.PanicException`, a BaseException
+    that passes every `except Exception`); never Ctrl-C or an exit."""
+    return not isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit))
+
+
 # e.g. "tantivy v0.27.0, index_format v7": an index another version wrote is rebuilt.
 _TANTIVY = str(getattr(tantivy, "__version__", "unknown"))
 
@@ -50,8 +60,10 @@ def _format(repeat: int) -> dict[str, Any]:
 class TextIndex:
     """One tantivy index. `seq` is the change-log sequence its last commit reflects."""
 
-    def __init__(self, index: tantivy.Index, folder: Path | None, state: dict[str, Any]) -> None:
+    def __init__(self, index: tantivy.Index, folder: Path | None, state: dict[str, Any],
+                 shadow: Path | None = None) -> None:
         self._index = index
+        self._shadow = shadow  # a read-only folder is opened through links in a temporary one
         self._index.register_tokenizer(ts.ANALYZER, ts.analyzer())
         self._analyzer = ts.analyzer()
         self.schema = ts.build_schema()
@@ -89,13 +101,31 @@ class TextIndex:
                                 f"is not this version's {list(wanted.values())}")
         if state.get("store") != store_id:
             raise IndexUnusable("text index belongs to another store")
+        damage = verify.text_problems(folder, state.get("files"), full=False)
+        if damage:
+            raise IndexUnusable(f"text index is damaged: {'; '.join(damage[:3])}")
+        shadow = None
         try:
-            index = tantivy.Index.open(str(folder))
-            out = cls(index, folder, state)
+            if not os.access(folder, os.W_OK):  # tantivy takes a lock file even to read
+                shadow = _shadow(folder)
+            index = tantivy.Index.open(str(shadow or folder))
+            out = cls(index, folder, state, shadow)
             out._index.searcher()
-        except (OSError, ValueError) as exc:
+        except BaseException as exc:  # OSError, ValueError, a panic of the engine
+            if shadow is not None:
+                shutil.rmtree(shadow, ignore_errors=True)
+            if not engine_failure(exc):
+                raise
             raise IndexUnusable(f"text index is damaged: {exc}") from exc
+        if shadow is not None:
+            weakref.finalize(out, shutil.rmtree, shadow, True)
         return out
+
+    def problems(self, *, full: bool) -> list[str]:
+        """What is wrong with the files of the commit this handle reads (verify.py)."""
+        if self.folder is None:
+            return []
+        return verify.text_problems(self.folder, self._state.get("files"), full=full)
 
     @property
     def title_repeat(self) -> int:
@@ -112,17 +142,30 @@ class TextIndex:
     def _write_state(self) -> None:
         if self.folder is None:
             return
+        # what the commit wrote, so a reader finds a file changed since (verify.py)
+        self._state = {**self._state, "files": verify.text_stamps(self.folder)}
         tmp = self.folder / f"{STATE_FILE}.{os.getpid()}.tmp"
         tmp.write_text(json.dumps(self._state), encoding="utf-8")
         os.replace(tmp, self.folder / STATE_FILE)
 
     def reload(self) -> None:
-        """See the last commit of any process (and its state)."""
+        """See the last commit of any process (and its state); IndexUnusable when the files
+        of that commit are not the ones it wrote."""
         if self.folder is not None:
             state = read_state(self.folder)
             if state is not None:
                 self._state = state
-        self._index.reload()
+            damage = self.problems(full=False)
+            if damage:
+                raise IndexUnusable(f"text index is damaged: {'; '.join(damage[:3])}")
+            if self._shadow is not None:
+                _link_into(self.folder, self._shadow)
+        try:
+            self._index.reload()
+        except BaseException as exc:
+            if not engine_failure(exc):
+                raise
+            raise IndexUnusable(f"text index cannot be reloaded: {exc}") from exc
         self._forget_statistics()
 
     def _forget_statistics(self) -> None:
@@ -313,6 +356,21 @@ class TextIndex:
         """Documents holding an analyzed form of `word` (scoped BM25 statistics start here)."""
         toks = self._analyzer.analyze(word)
         return int(self._index.searcher().doc_freq("body", toks[0])) if toks else 0
+
+
+def _shadow(folder: Path) -> Path:
+    """A temporary folder of links to a read-only index's files, where tantivy can take
+    its lock files: the last committed index, searched as it is."""
+    shadow = Path(tempfile.mkdtemp(prefix="hybridkb-text-"))
+    _link_into(folder, shadow)
+    return shadow
+
+
+def _link_into(folder: Path, shadow: Path) -> None:
+    for name in os.listdir(folder):
+        if name.endswith(".lock") or (shadow / name).is_symlink():
+            continue
+        os.symlink(folder / name, shadow / name)
 
 
 class StateReader:

@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ...progress import ProgressFactory, no_progress
-from . import vector_codes
+from . import vector_codes, verify
 from .vector_math import dot_rows
 from .vector_recall import Probe, calibrate, kth_scores, probe
 
@@ -168,7 +168,11 @@ class VectorBase:
     @classmethod
     def open(cls, folder: Path, *, with_ann: bool = True, measurement: int = 0) -> VectorBase:
         """The generation in `folder`, with its passes as measured at its build or, given
-        `measurement`, as measured again later (`measured-K.json`)."""
+        `measurement`, as measured again later (`measured-K.json`). BaseUnusable when a
+        file is not the one its build wrote (verify.py: sizes, changed files' checksums)."""
+        damage = verify.generation_problems(folder, full=False)
+        if damage:
+            raise BaseUnusable(f"vector index is damaged: {'; '.join(damage[:3])}")
         try:
             meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
             if meta.get("format") != FORMAT:
@@ -352,7 +356,8 @@ def build(
     try:
         _build(tmp, dim, seq, batches, total, ann=ann, codes=codes, progress=progress,
                threads=threads, cancelled=cancelled, asked=asked)
-    except BuildCancelled:
+        verify.seal(tmp)  # every file's checksum, before anyone can open it
+    except BaseException:  # cancelled, or a full disk: the half-written folder goes
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     os.replace(tmp, folder)

@@ -33,9 +33,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from ...progress import ProgressFactory, no_progress
-from .. import asked
-from . import vector_base
-from .sync import _file_lock, close_at_exit, make_index_root
+from .. import asked, notices
+from . import vector_base, verify
+from .health import Health, IndexUnavailable
+from .locks import _file_lock, close_at_exit
+from .sync import make_index_root
 from .vector_base import BaseUnusable, Batch, RowIds, Vector, VectorBase, Wanted
 from .vector_math import dot_rows
 
@@ -121,6 +123,9 @@ class VectorIndexSync:
         self._swept = False
         self.builds = 0
         self.measurements = 0  # measurements added to a generation (no new matrix)
+        self.health = Health()  # building failed (a read-only or full folder): searches scan
+        self._damage: str | None = None  # why the published generation could not be opened
+        self._bad_key: tuple[str, int, int] | None = None  # ...that generation (not opened again)
         close_at_exit(self)
 
     # -- reading --------------------------------------------------------------------------------
@@ -151,20 +156,14 @@ class VectorIndexSync:
                     self._delta = delta
                 return None, self._delta
             if base is None and self.folder is not None and self.source.vector_count() > 0:
-                with self._exclusive("build"):
-                    base = self._current_base(dim)
-                    if base is None:
-                        self._build(dim, ann=self._wants_ann_now())
-                        base = self._current_base(dim)
-            if base is not None and self.folder is not None:
+                base = self._build_first(dim, None)
+            if base is not None and self.folder is not None and not self.health.waiting():
                 _, head = self.source.log_bounds()
                 if head - base.seq > _delta_ceiling(base):
                     # e.g. a re-embedding rewrote every vector: a delta that size would be the
                     # whole store in memory, so build a flat base first (the graph follows)
-                    with self._exclusive("build"):
-                        if self._current_base(dim) is base:
-                            self._build(dim, ann=self._wants_ann_now())
-                        base = self._current_base(dim)
+                    with contextlib.suppress(IndexUnavailable):  # else: the larger delta
+                        base = self._build_first(dim, base)
             seq0 = base.seq if base is not None else 0
             if self._delta is None or self._delta.seq0 != seq0:
                 self._delta = VectorDelta(seq0, seq0)
@@ -173,14 +172,48 @@ class VectorIndexSync:
                 delta = VectorDelta(self._delta.seq0, self._delta.seq, dict(self._delta.rows))
                 self._advance(delta, dim)
                 self._delta = delta
+            if len(self._delta) and self.health.reason is not None:
+                notices.note(f"the vector index lags the store by {len(self._delta)} vectors "
+                             f"({self.health.reason}); searches read them from the store")
             if self._needs_rebuild(base, self._delta):
                 if self.background:
                     self._start_worker(dim)
-                elif self.folder is not None:
-                    with self._exclusive("build"):
-                        self._build(dim, ann=self._wants_ann())
-                    return self.view(dim)
+                elif self.folder is not None and not self.health.waiting():
+                    try:
+                        with self._exclusive("build"):
+                            self._build(dim, ann=self._wants_ann())
+                    except Exception as exc:  # the delta answers; tried again after RETRY_S
+                        self.health.failed(exc)
+                    else:
+                        self.health.ok()
+                        return self.view(dim)
             return base, self._delta
+
+    def _build_first(self, dim: int, base: VectorBase | None) -> VectorBase | None:
+        """Build the base a search needs before answering (none usable, or `base` too far
+        behind); IndexUnavailable when the build fails (tried again after health.RETRY_S)."""
+        if self.health.waiting():
+            raise IndexUnavailable(f"vector index: {self._damage or self.health.reason}")
+        damage = self._damage
+        try:
+            with self._exclusive("build"):
+                if self._current_base(dim) is base:
+                    self._build(dim, ann=self._wants_ann_now())
+                built = self._current_base(dim)
+        except BaseException as exc:
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            why = self.health.failed(exc)
+            raise IndexUnavailable(f"{damage or 'vector index'}; cannot be rebuilt: {why}") from exc
+        self.health.ok()
+        if damage and base is None:
+            notices.note(f"{damage}: rebuilt from the stored vectors")
+        return built
+
+    def suspect(self) -> None:
+        """A search failed inside the base: open it again (its files checked) next time."""
+        with self._lock:
+            self._base, self._base_key = None, None
 
     def settle(self, dim: int) -> None:
         """After a bulk load: build now the base the next search would otherwise build
@@ -198,19 +231,24 @@ class VectorIndexSync:
         if row is None or row[2] != dim:
             self._base, self._base_key = None, None
             return None
+        if row == self._bad_key:
+            return None
         if row != self._base_key:
             try:
                 self._base, self._base_key = self._open(row), row
-            except BaseUnusable:
+                self._damage = None
+            except BaseUnusable as exc:
                 # Another process may have published a newer generation (and removed this
                 # one) since the recorded row was read: read it again before giving up.
                 again = self.source.published(self.NAME, fresh=True)
                 try:
                     if again is None or again == row or again[2] != dim:
-                        raise BaseUnusable(row[0])
+                        raise BaseUnusable(str(exc)) from exc
                     self._base, self._base_key = self._open(again), again
-                except BaseUnusable:
+                    self._damage = None
+                except BaseUnusable as unusable:  # not opened again until another is recorded
                     self._base, self._base_key = None, None
+                    self._bad_key, self._damage = again or row, str(unusable)
         return self._base
 
     def _open(self, row: tuple[str, int, int]) -> VectorBase:
@@ -281,16 +319,20 @@ class VectorIndexSync:
         return base.incomplete if wanted is None else wanted and base.ann is None
 
     def _start_worker(self, dim: int) -> None:
-        if self._closed or (self._worker is not None and self._worker.is_alive()):
+        if self._closed or self.health.waiting() or (self._worker is not None and self._worker.is_alive()):
             return
         self._worker = threading.Thread(target=self._work, args=(dim,), name="hybridkb-vector-index",
                                         daemon=True)
         self._worker.start()
 
     def _work(self, dim: int) -> None:
-        with contextlib.suppress(Exception), self._exclusive("build", wait=False) as got:
-            if got and not self._closed:
-                self._refresh(dim)
+        try:
+            with self._exclusive("build", wait=False) as got:
+                if got and not self._closed:
+                    self._refresh(dim)
+                    self.health.ok()
+        except Exception as exc:  # the delta keeps the vectors; tried again after RETRY_S
+            self.health.failed(exc)
 
     def _refresh(self, dim: int) -> None:
         """Under the build lock: measure the current base again when only the asked queries
@@ -433,6 +475,11 @@ class VectorIndexSync:
         row = self.source.published(self.NAME)
         if row is None:
             return []
+        folder, _ = vector_base.split_generation(row[0])
+        damage = verify.generation_problems(self.folder / folder, full=True)
+        if damage:  # every file's checksum against the manifest its build wrote
+            return [f"vector index is damaged: {p} (rebuilt from the stored vectors on the next "
+                    "search, or `hybridkb check --repair`)" for p in damage]
         try:
             base = self._open(row)
         except BaseUnusable as exc:

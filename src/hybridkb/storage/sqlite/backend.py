@@ -19,19 +19,22 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import BackendUnavailableError, InvalidInputError, StoreError
+from ...errors import BackendUnavailableError, HybridKBError, InvalidInputError, StoreError
 from ...model import Item, StoredItem
 from ...progress import ProgressFactory, no_progress
 from ...textquery import TextQuery
-from .. import asked, codec, records
+from .. import asked, codec, notices, records
 from ..contract import Key, ScoredKeys, SearchArea, Vector
+from ..indexes import scan
+from ..indexes.health import describe
 from ..indexes.sync import TextIndexSync
+from ..indexes.text import engine_failure
 from ..indexes.text_schema import title_repeat
 from ..indexes.vector_base import Wanted
 from ..indexes.vectors import ANN_MODES, VectorIndexSync, knn
 from ..records import DEFAULT_BM25_WEIGHTS, META_PENDING_VECTOR_DIM, META_VECTOR_DIM
+from . import derived, maintenance
 from . import driver as sqlite_driver
-from . import maintenance
 from .changes import SQLiteChanges, prune_passed
 from .filters import filter_sql
 from .reads import Memo
@@ -460,9 +463,24 @@ class SQLiteBackend:
 
     def text_search(self, query: TextQuery, area: SearchArea, limit: int) -> ScoredKeys:
         """BM25 from the tantivy index, caught up with the change log first; filters run
-        inside the index. Keyed by rowid."""
+        inside the index. Keyed by rowid. An index that cannot answer (damaged and not
+        rebuilt, an engine error) never fails the search: its words are looked for in the
+        stored items instead, with a note."""
         if query.is_empty or limit <= 0:
             return []
+        try:
+            return self._indexed_text_search(query, area, limit)
+        except HybridKBError:
+            raise
+        except BaseException as exc:
+            if not engine_failure(exc):
+                raise
+            self._text.suspect()
+            notices.note(f"full-text index unusable ({describe(exc)}): full-text hits come from a "
+                         "scan of the stored items until it is rebuilt (`hybridkb check --repair`)")
+            return self.substring_search(query.words, area, limit)
+
+    def _indexed_text_search(self, query: TextQuery, area: SearchArea, limit: int) -> ScoredKeys:
         index, delta = self._text.view()
         rowids = None
         if area.filters.paths:  # path globs are SQL regexes over metadata.path: the rows, from SQL
@@ -507,10 +525,6 @@ class SQLiteBackend:
         if query is None or not np.any(query):
             return []
         query = np.asarray(query, dtype=np.float32)  # stored vectors are unit: M @ q ranks by cosine
-        try:
-            base, delta = self._vectors.view(dim, read_only=self.newer_schema is not None or self.damaged)
-        except self._database_error as exc:  # read on the index builder's own connection
-            raise self._error(exc, "reading the vectors") from exc
         f = area.filters
         rows = None
         if f.needs_row_filter:  # kinds, scope, metadata, time ranges: the filter's rows, exactly
@@ -518,7 +532,24 @@ class SQLiteBackend:
             rows = np.asarray(sorted(r[0] for r in self._read(
                 f"SELECT i.rowid FROM items i WHERE {where}", params)), dtype=np.int64)
         wanted = Wanted(area.corpora, area.now, f.include_expired, f.include_stale)
-        return [*knn(base, delta, query, limit, wanted=wanted, rows=rows)]
+        try:
+            try:
+                base, delta = self._vectors.view(dim, read_only=self.newer_schema is not None or self.damaged)
+            except self._database_error as exc:  # read on the index builder's own connection
+                raise self._error(exc, "reading the vectors") from exc
+            return [*knn(base, delta, query, limit, wanted=wanted, rows=rows)]
+        except HybridKBError:
+            raise
+        except BaseException as exc:  # a damaged base (not rebuilt), an unreadable folder
+            if not engine_failure(exc):
+                raise
+            self._vectors.suspect()
+            notices.note(f"vector index unusable ({describe(exc)}): vector hits come from an exact "
+                         "scan of the stored vectors until it is rebuilt (`hybridkb check --repair`)")
+            try:
+                return [*scan.exact_knn(self._changes, dim, query, limit, wanted=wanted, rows=rows)]
+            except self._database_error as exc:
+                raise self._error(exc, "reading the vectors") from exc
 
     def _data_version(self) -> int:
         return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
@@ -527,22 +558,12 @@ class SQLiteBackend:
 
     def integrity_problems(self) -> list[str]:
         """SQLite's integrity check, items and vectors agreeing by rowid (maintenance.py), and
-        the derived indexes: usable, and the text index (once caught up with the log)
-        holding exactly the items."""
+        the derived indexes (derived.py): every file's checksum, and the text index (once
+        caught up with the log) holding exactly the items."""
         problems = maintenance.integrity_problems(lambda sql: self._read(sql), self.vector_dim())
-        problems += self._text.problems()
-        problems += self._vectors.problems(self.vector_dim())
-        if not any(p.startswith(("sqlite:", "text index")) for p in problems):
-            try:
-                indexed = set(self._text.current().all_rowids())
-            except Exception as exc:  # a damaged index that cannot even be rebuilt here
-                return [*problems, f"text index: cannot be read ({exc})"]
-            items = set(self._changes.item_rowids())
-            if indexed - items:
-                problems.append(f"{len(indexed - items)} text index documents without an item")
-            if items - indexed:
-                problems.append(f"{len(items - indexed)} items missing from the text index")
-        return problems
+        return problems + derived.problems(
+            self.index_dir, self._text, self._vectors, self.vector_dim(), self._changes.item_rowids,
+            compare=not any(p.startswith("sqlite:") for p in problems))
 
     def repair(self) -> list[str]:
         dim = self.vector_dim()
@@ -552,8 +573,7 @@ class SQLiteBackend:
         self.damaged = any(p.startswith("sqlite:") for p in maintenance.integrity_problems(
             lambda sql: self._read(sql), dim))
         if not self.damaged and any(("index" in p or p.startswith("sqlite:")) for p in problems):
-            self.rebuild_indexes()
-            done.append("rebuilt the derived text and vector indexes from the items")
+            done += derived.rebuild(self.index_dir, self._text, self._vectors, dim)
         return done
 
     def optimize(self) -> dict[str, Any]:

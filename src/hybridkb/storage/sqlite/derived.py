@@ -1,0 +1,68 @@
+"""The derived indexes beside a SQLite file as `check` sees them: what is wrong with
+them, and rebuilding them from the items (`check --repair`).
+
+Each index verifies its own files (storage/indexes/verify.py: every checksum); here the
+folder itself (a plain file where it should be is moved aside, never deleted) and the
+text index holding exactly the items.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..indexes.health import describe
+from ..indexes.sync import TextIndexSync
+from ..indexes.text import engine_failure
+from ..indexes.vectors import VectorIndexSync
+
+NOT_A_FOLDER = "index folder is not a folder"
+
+
+def problems(folder: Path | None, text: TextIndexSync, vectors: VectorIndexSync, dim: int | None,
+             item_rowids: Callable[[], list[int]], *, compare: bool) -> list[str]:
+    """Why the derived indexes could not answer as they are; with `compare`, also the text
+    index (caught up with the log first) against the items, rowid by rowid."""
+    if folder is not None and folder.exists() and not folder.is_dir():
+        return [f"{NOT_A_FOLDER}: {folder} is a file, so no index can be kept or rebuilt "
+                "(searches scan the stored items); `hybridkb check --repair` moves it aside"]
+    found = text.problems() + vectors.problems(dim)
+    if not compare or any(p.startswith("text index") for p in found):
+        return found
+    try:
+        indexed = set(text.current().all_rowids())
+    except BaseException as exc:  # a damaged index that cannot even be rebuilt here
+        if not engine_failure(exc):
+            raise
+        return [*found, f"text index: cannot be read ({describe(exc)})"]
+    items = set(item_rowids())
+    if indexed - items:
+        found.append(f"{len(indexed - items)} text index documents without an item")
+    if items - indexed:
+        found.append(f"{len(items - indexed)} items missing from the text index")
+    return found
+
+
+def rebuild(folder: Path | None, text: TextIndexSync, vectors: VectorIndexSync, dim: int | None
+            ) -> list[str]:
+    """Rebuild every derived index from the items; returns what was done (a failure is
+    reported, not raised: the store is sound, searches scan it meanwhile)."""
+    done: list[str] = []
+    if folder is not None and folder.exists() and not folder.is_dir():
+        aside = folder.with_name(f"{folder.name}.not-a-folder-{int(time.time())}")
+        folder.rename(aside)
+        done.append(f"moved the file where the index folder belongs aside, to {aside}")
+    text.health.ok()
+    vectors.health.ok()
+    try:
+        text.rebuild_now()
+        if dim is not None:
+            vectors.build_now(dim)
+    except BaseException as exc:
+        if not engine_failure(exc):
+            raise
+        done.append(f"could not rebuild the derived indexes: {describe(exc)}")
+        return done
+    done.append("rebuilt the derived text and vector indexes from the items")
+    return done
