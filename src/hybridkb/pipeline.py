@@ -155,7 +155,7 @@ def run(
     store notes meanwhile (an index that could not answer as it should) joins `notes`."""
     with notices.collecting() as noted:
         result = _run(plan, backend, corpora=corpora, now=now, embed_query=embed_query,
-                      labels=labels, notes=notes)
+                      labels=labels, notes=notes, rerank=rerank)
     result.notes.extend(n for n in noted if n not in result.notes)
     return result
 
@@ -163,6 +163,7 @@ def run(
 def _run(
     plan: SearchPlan, backend: Backend, *, corpora: Sequence[str], now: float,
     embed_query: QueryEmbedder | None, labels: dict[str, str] | None, notes: Sequence[str],
+    rerank: Reranker | None,
 ) -> SearchResult:
     labels = labels or {}
     result_notes = list(notes)

@@ -19,16 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import BackendUnavailableError, HybridKBError, InvalidInputError, StoreError
+from ...errors import BackendUnavailableError, InvalidInputError, StoreError
 from ...model import Item, StoredItem
 from ...progress import ProgressFactory, no_progress
 from ...textquery import TextQuery
-from .. import asked, codec, notices, records
+from .. import asked, codec, records
 from ..contract import Key, ScoredKeys, SearchArea, Vector
 from ..indexes import scan
-from ..indexes.health import describe
 from ..indexes.sync import TextIndexSync
-from ..indexes.text import engine_failure
 from ..indexes.text_schema import title_repeat
 from ..indexes.vector_base import Wanted
 from ..indexes.vectors import ANN_MODES, VectorIndexSync, knn
@@ -470,14 +468,8 @@ class SQLiteBackend:
             return []
         try:
             return self._indexed_text_search(query, area, limit)
-        except HybridKBError:
-            raise
-        except BaseException as exc:
-            if not engine_failure(exc):
-                raise
-            self._text.suspect()
-            notices.note(f"full-text index unusable ({describe(exc)}): full-text hits come from a "
-                         "scan of the stored items until it is rebuilt (`hybridkb check --repair`)")
+        except BaseException as exc:  # raised again unless the index failed (derived.py)
+            derived.unusable(exc, self._text, "full-text", "a scan of the stored items")
             return self.substring_search(query.words, area, limit)
 
     def _indexed_text_search(self, query: TextQuery, area: SearchArea, limit: int) -> ScoredKeys:
@@ -538,14 +530,8 @@ class SQLiteBackend:
             except self._database_error as exc:  # read on the index builder's own connection
                 raise self._error(exc, "reading the vectors") from exc
             return [*knn(base, delta, query, limit, wanted=wanted, rows=rows)]
-        except HybridKBError:
-            raise
-        except BaseException as exc:  # a damaged base (not rebuilt), an unreadable folder
-            if not engine_failure(exc):
-                raise
-            self._vectors.suspect()
-            notices.note(f"vector index unusable ({describe(exc)}): vector hits come from an exact "
-                         "scan of the stored vectors until it is rebuilt (`hybridkb check --repair`)")
+        except BaseException as exc:  # a damaged base not rebuilt, an unreadable folder: derived.py
+            derived.unusable(exc, self._vectors, "vector", "an exact scan of the stored vectors")
             try:
                 return [*scan.exact_knn(self._changes, dim, query, limit, wanted=wanted, rows=rows)]
             except self._database_error as exc:

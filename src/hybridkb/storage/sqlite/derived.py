@@ -11,13 +11,32 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
+from ...errors import HybridKBError
+from .. import notices
 from ..indexes.health import describe
 from ..indexes.sync import TextIndexSync
 from ..indexes.text import engine_failure
 from ..indexes.vectors import VectorIndexSync
 
 NOT_A_FOLDER = "index folder is not a folder"
+
+
+class _Suspect(Protocol):
+    def suspect(self) -> None: ...
+
+
+def unusable(exc: BaseException, index: _Suspect, what: str, instead: str) -> None:
+    """A search's index failed (damaged and not rebuilt, its folder unreadable, the engine
+    raised or panicked): the index is opened again next time (its files checked) and the
+    search notes what answers instead. Anything else (the store's own errors, Ctrl-C) is
+    raised again."""
+    if isinstance(exc, HybridKBError) or not engine_failure(exc):
+        raise exc
+    index.suspect()
+    notices.note(f"{what} index unusable ({describe(exc)}): {what} hits come from {instead} "
+                 "until it is rebuilt (`hybridkb check --repair`)")
 
 
 def problems(folder: Path | None, text: TextIndexSync, vectors: VectorIndexSync, dim: int | None,
