@@ -8,8 +8,8 @@ Layers, top to bottom (an import may only go to its own layer or one below):
     core      store (KnowledgeBase), batches, print_worker, store_filters
     pipeline  pipeline
     storage   storage/*            embedding/* (providers: models, no store)
-    pure      errors, model, fusion, dedup, scoring, textquery, labels, progress, validation,
-              selection, version
+    pure      errors, model, fusion, dedup, scoring, textquery, querysyntax, labels, progress,
+              validation, selection, version
 
 Faces reach the store only through KnowledgeBase, the api and the pure records:
 they never import the pipeline or a storage module. Ingest is a face (it writes
@@ -28,8 +28,8 @@ import pytest
 SRC = Path(__file__).resolve().parent.parent / "src" / "hybridkb"
 MAX_LINES = 600
 
-PURE = {"errors", "model", "fusion", "dedup", "scoring", "textquery", "labels", "progress", "validation",
-        "selection", "version", "snippets", "pathglob"}
+PURE = {"errors", "model", "fusion", "dedup", "scoring", "textquery", "querysyntax", "labels", "progress",
+        "validation", "selection", "version", "snippets", "pathglob"}
 FACE_PACKAGES = ("mcp", "evaluation", "ingest", "web", "adapters")
 FACE_MODULES = {"cli", "cli_options", "cli_common", "cli_index", "config", "mcp_server", "transfer",
                 "background", "watch"}

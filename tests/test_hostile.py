@@ -151,7 +151,8 @@ def test_exact_identifiers_and_operators_still_match(filled: KnowledgeBase) -> N
     assert filled.search("C++", mode="fts", corpora="code").ids == ["b1"]
     assert filled.search("a:b", mode="fts").ids == ["b1"]
     assert filled.search("NEAR(", mode="fts").ids == ["b1"]
-    assert filled.search("-deploying", mode="fts").ids == ["a1"]  # "-" is not NOT
+    assert filled.search("-deploying", mode="fts").ids == []  # "-" excludes (querysyntax.py)
+    assert filled.search("-deploying", mode="fts", syntax=False).ids == ["a1"]  # or is a word
     assert filled.search("日本語のテキストと絵文字", mode="fts").ids == ["b2"]
 
 

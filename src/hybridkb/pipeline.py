@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from . import dedup, textquery
+from . import dedup, querysyntax, textquery
 from . import fusion as fusion_lib
 
 __all__ = ["DEFAULT_FUSION", "DEFAULT_MERGE", "DEFAULT_WEIGHTS", "MERGES", "SearchPlan", "dedup",
@@ -67,6 +67,7 @@ class SearchPlan:
     min_score: float | None = None
     max_terms: int = textquery.MAX_TERMS
     merge: str = DEFAULT_MERGE
+    syntax: bool = True  # read `"phrase" +word -word field:value prefix*` (querysyntax.py)
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -167,12 +168,17 @@ def _run(
 ) -> SearchResult:
     labels = labels or {}
     result_notes = list(notes)
-    text_query = textquery.parse(plan.query, max_terms=plan.max_terms)
+    parsed = (querysyntax.parse(plan.query, max_terms=plan.max_terms) if plan.syntax else
+              querysyntax.ParsedQuery(textquery.parse(plan.query, max_terms=plan.max_terms), plan.query))
+    text_query, match = parsed.text, parsed.match
+    result_notes.extend(parsed.notes)
     if text_query.truncated:
         result_notes.append(f"query cut to its {plan.max_terms} most selective terms")
+    filters, corpora, narrowed = parsed.narrow(plan.filters, corpora)
+    result_notes.extend(narrowed)
     use_fts = plan.mode in ("hybrid", "fts")
-    use_vec = plan.mode in ("hybrid", "vector") and embed_query is not None and plan.query.strip()
-    qvec = embed_query(plan.query) if use_vec and embed_query is not None else None
+    use_vec = plan.mode in ("hybrid", "vector") and embed_query is not None and parsed.embed_text.strip()
+    qvec = embed_query(parsed.embed_text) if use_vec and embed_query is not None else None
 
     depth = plan.candidate_depth
     # Merge by relevance: every corpus searched at once, one list per retriever. Merge by
@@ -180,7 +186,7 @@ def _run(
     groups = [tuple(corpora)] if plan.merge == "relevance" and corpora else [(c,) for c in corpora]
     lists: dict[tuple[str, ...], dict[str, ScoredKeys]] = {}
     for group in groups:
-        area = SearchArea(corpora=group, filters=plan.filters, now=now)
+        area = SearchArea(corpora=group, filters=filters, now=now, match=match)
         per: dict[str, ScoredKeys] = {}
         pending = None
         if use_fts and qvec is not None and getattr(backend, "retrieves_concurrently", False):
@@ -197,9 +203,9 @@ def _run(
 
     answered = _answered_by(lists)
     if answered == "none" and plan.mode == "hybrid":
-        words = textquery.plain_words(plan.query)
+        words = textquery.plain_words(parsed.embed_text)
         for group in groups:
-            area = SearchArea(corpora=group, filters=plan.filters, now=now)
+            area = SearchArea(corpora=group, filters=filters, now=now, match=match)
             lists[group] = {"substring": backend.substring_search(words, area, depth)}
         answered = "substring" if any(lists[g]["substring"] for g in groups) else "none"
 

@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from . import querysyntax
 from .textquery import STOPWORDS
 
 SNIPPET_CHARS = 240
@@ -23,7 +24,9 @@ MARK_OPEN, MARK_CLOSE = "«", "»"
 def query_terms(query: str, word: re.Pattern[str] = _WORD) -> list[str]:
     """The words of a query worth looking for, longest first (a longer term wins a word);
     stopwords only when the query has nothing else, as full-text search treats them.
-    `word` is what counts as a word (the web page's marks keep `_` inside words)."""
+    `word` is what counts as a word (the web page's marks keep `_` inside words). Excluded
+    words and field filters of the query syntax are not looked for (querysyntax.py)."""
+    query = querysyntax.parse(query).embed_text
     words = {t for t in word.findall(query.lower()) if len(t) > 1 or t.isdigit()}
     content = {t for t in words if t not in STOPWORDS} or words
     return sorted(content, key=lambda t: (-len(t), t))

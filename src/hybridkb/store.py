@@ -377,7 +377,7 @@ class KnowledgeBase:
         dedup_threshold: float | None = pipeline.dedup.DEFAULT_THRESHOLD,
         dedup_cosine: float | None = None,
         score_policy: ScorePolicy | None = None, min_score: float | None = None,
-        merge: str = pipeline.DEFAULT_MERGE,
+        merge: str = pipeline.DEFAULT_MERGE, syntax: bool = True,
         touch: bool = False, dedup: Any = _UNSET, explain: Any = _UNSET,
     ) -> SearchResult:
         """Hybrid search. A query's text never raises; bad options raise InvalidInputError.
@@ -387,6 +387,8 @@ class KnowledgeBase:
         are searched as one (`merge="relevance"`); `merge="rrf"` fuses each corpus apart
         and interleaves them by rank, so each corpus gets equal say. Each hit's `score` is
         a relevance in [0, 1] (docs/scoring.md); `min_score` drops hits scoring lower.
+        The query reads `"phrase"`, `+word`, `-word`, `prefix*` and `title:`, `kind:`,
+        `corpus:`, `path:`, `language:` (docs/cli.md); `syntax=False` reads plain words.
         `dedup_threshold` is the token-Jaccard similarity at which near-duplicates
         collapse (None: off); `dedup_cosine` adds a cosine test on stored vectors.
         Every hit carries its explanation (per-retriever ranks and scores, fusion
@@ -413,7 +415,7 @@ class KnowledgeBase:
             weights=opts["weights"] if opts["weights"] is not None else pipeline.DEFAULT_WEIGHTS,
             rrf_k=opts["rrf_k"], depth=opts["depth"], dedup_threshold=opts["dedup_threshold"],
             dedup_cosine=opts["dedup_cosine"], policy=score_policy or self.score_policy,
-            min_score=opts["min_score"], merge=merge,
+            min_score=opts["min_score"], merge=merge, syntax=bool(syntax),
         )
         plan.validate()
         with getattr(self.backend, "pinned_reads", nullcontext)():  # SQLite: one change check

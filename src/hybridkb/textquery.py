@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 MAX_TERMS = 64
+PREFIX_TERMS = 16  # a prefix scores as the index's most frequent words starting with it
 MAX_QUERY_CHARS = 20_000  # longer input is cut before any regex runs
 CJK_PHRASE_CHARS = 4  # a CJK run up to this long is searched as a word (a phrase of its bigrams)
 
@@ -60,10 +61,19 @@ class TextQuery:
 
     terms: tuple[tuple[str, ...], ...]
     truncated: bool = False
+    # Word prefixes (`comput*`, querysyntax.py), lowercase: each backend scores the words
+    # of its index that start with one as terms of their own (PREFIX_TERMS at most).
+    prefixes: tuple[str, ...] = ()
 
     @property
     def is_empty(self) -> bool:
-        return not self.terms
+        return not self.terms and not self.prefixes
+
+    def with_terms(self, extra: list[tuple[str, ...]]) -> TextQuery:
+        """The query with `extra` terms (a prefix's words, found by a backend) and no prefixes."""
+        terms = list(self.terms)
+        terms.extend(t for t in dict.fromkeys(extra) if t and t not in self.terms)
+        return TextQuery(tuple(terms), self.truncated)
 
     def fts5(self) -> str | None:
         """An FTS5 MATCH expression (quoted terms joined by OR), or None when empty."""
@@ -96,21 +106,22 @@ def _bigrams(run: str) -> str:
     return run if len(run) < 3 else " ".join(run[i : i + 2] for i in range(len(run) - 1))
 
 
-def _chunk_terms(chunk: str) -> list[tuple[str, ...]]:
+def chunk_terms(chunk: str) -> list[tuple[str, ...]]:
     """A chunk's terms: one phrase, except that a CJK run longer than a word (a sentence
     written without spaces) gives each of its bigrams as a term of its own, so BM25 ranks
     by how many of them a document has instead of requiring the whole sentence."""
     runs = [m.group() for m in _CJK_RUN.finditer(chunk) if len(m.group()) > CJK_PHRASE_CHARS]
     if not runs:
-        return [_tokens(chunk)]
+        return [tokens(chunk)]
     rest = _CJK_RUN.sub(lambda m: m.group() if len(m.group()) <= CJK_PHRASE_CHARS else " ", chunk)
-    terms = [_tokens(rest)]
+    terms = [tokens(rest)]
     for run in runs:
         terms.extend((run[i : i + 2],) for i in range(len(run) - 1))
     return terms
 
 
-def _tokens(chunk: str) -> tuple[str, ...]:
+def tokens(chunk: str) -> tuple[str, ...]:
+    """A chunk's words, lowercase, CJK runs as bigrams."""
     return tuple(t.lower() for t in _WORD.findall(cjk_expand(chunk)))
 
 
@@ -131,12 +142,12 @@ def parse(text: object, *, max_terms: int = MAX_TERMS) -> TextQuery:
     pos = 0
     for m in _PHRASE.finditer(text):
         rest.append(text[pos : m.start()])
-        add(_tokens(m.group(1)))
+        add(tokens(m.group(1)))
         pos = m.end()
     rest.append(text[pos:])
     for part in rest:
         for chunk in _CHUNK.findall(part):
-            for term in _chunk_terms(chunk):
+            for term in chunk_terms(chunk):
                 add(term)
     content = [t for t in terms if not all(w in STOPWORDS for w in t)]
     return cap_terms(content or terms, max_terms)

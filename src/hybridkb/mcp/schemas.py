@@ -122,7 +122,9 @@ KindsArg = Annotated[list[str] | None, Field(
     description="Only items of these kinds, e.g. decision, lesson, wiki_page, code.")]
 LimitArg = Annotated[int, Field(ge=1, le=MAX_LIMIT, description="Maximum number of hits.")]
 QueryArg = Annotated[str, Field(max_length=MAX_QUERY_CHARS, description=(
-    f"What to look for: words, identifiers or a question (at most {MAX_QUERY_CHARS} characters)."))]
+    f"What to look for: words, identifiers or a question (at most {MAX_QUERY_CHARS} characters). "
+    'Also reads "a phrase", +required, -excluded, prefix*, title:word, kind:x, path:glob, '
+    "language:x (a malformed query is read as plain words, with a note)."))]
 
 DESCRIPTIONS = {
     "search": (

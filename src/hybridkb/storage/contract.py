@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..model import Filters, Item, Key, StoredItem
+from ..querysyntax import TextMatch
 from ..textquery import TextQuery
 from .codec import Vector
 
@@ -28,12 +29,14 @@ ScoredKeys = list[tuple[Key, float]]
 
 @dataclass(frozen=True, slots=True)
 class SearchArea:
-    """Where one retrieval looks: which corpora (None: every corpus), the filters, and the
-    clock that decides expiry. Applied inside each query, never after it."""
+    """Where one retrieval looks: which corpora (None: every corpus), the filters, the
+    clock that decides expiry, and the words a hit must or must not hold (`+word`,
+    `-word`, `title:`; querysyntax.py). Applied inside each query, never after it."""
 
     corpora: tuple[str, ...] | None
     filters: Filters
     now: float
+    match: TextMatch | None = None
 
     def __post_init__(self) -> None:
         if self.corpora is not None and not self.corpora:

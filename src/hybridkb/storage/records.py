@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from ..dedup import word_print
 from ..errors import DimensionMismatchError, InvalidFilterError, StoreError
 from ..model import Item, StoredItem
+from ..querysyntax import TextMatch
 from .contract import SearchArea
 
 # -- meta keys: what the store records about itself ----------------------------------------
@@ -123,7 +124,10 @@ class FilterDialect:
     with its bound values; `is_false(column)` tests a boolean column; `metadata_in(alias,
     key, values)` is "metadata[key] equals one of values" with its bound values;
     `path_matches(alias, patterns)` is "metadata.path matches one of the path patterns"
-    (pathglob.py: one regex for them all, which both dialects run).
+    (pathglob.py: one regex for them all, which both dialects run). `text_match(alias,
+    match)` is the query's word conditions (`+word`, `-word`, `title:`) where the
+    dialect's SQL can test words (PostgreSQL's tsvector); without it the dialect applies
+    them through its text index itself (SQLite's tantivy).
     """
 
     mark: str
@@ -131,6 +135,7 @@ class FilterDialect:
     is_false: Callable[[str], str]
     metadata_in: Callable[[str, str, Sequence[Any]], tuple[str, list[Any]]]
     path_matches: Callable[[str, Sequence[str]], tuple[str, list[Any]]]
+    text_match: Callable[[str, TextMatch], tuple[str, list[Any]]] | None = None
 
 
 def filter_conditions(
@@ -165,6 +170,8 @@ def filter_conditions(
         add(*dialect.path_matches(alias, f.paths))
     if f.languages:
         add(*dialect.metadata_in(alias, "language", f.languages))
+    if area.match and dialect.text_match is not None:
+        add(*dialect.text_match(alias, area.match))
     for column, op, value in (("created_at", ">=", f.created_after),
                               ("created_at", "<", f.created_before),
                               ("updated_at", ">=", f.updated_after),

@@ -26,6 +26,7 @@ from typing import Any
 import tantivy
 
 from ...model import Filters
+from ...querysyntax import TextMatch
 from ...textquery import TextQuery
 from . import text_schema as ts
 from . import verify
@@ -305,6 +306,7 @@ class TextIndex:
     def search(
         self, query: TextQuery, *, corpora: Sequence[str] | None, filters: Filters, now: float,
         limit: int, rowids: Sequence[int] | None = None, exclude: Sequence[int] = (),
+        match: TextMatch | None = None,
     ) -> list[tuple[int, float]]:
         """(rowid, BM25 score) best first, ties by rowid; filters applied inside the index;
         `exclude`d rowids (those the delta holds newer versions of) never come back. A search
@@ -322,6 +324,7 @@ class TextIndex:
                      for t, w in zip(terms, words, strict=True)]
         corpora, filters = self._needed(searcher, facts, corpora, filters, now)
         clauses = ts.filter_clauses(self.schema, corpora, filters, now, rowids)
+        clauses += ts.match_clauses(self.schema, match, self._analyzer.analyze)
         if exclude:
             clauses.append((tantivy.Occur.MustNot, tantivy.Query.term_set_query(
                 self.schema, "rowid", [int(r) for r in exclude])))
@@ -338,6 +341,41 @@ class TextIndex:
         pairs.sort(key=itemgetter(0))
         pairs.sort(key=itemgetter(1), reverse=True)
         return pairs
+
+    def _within(self, corpora: Sequence[str] | None, exclude: Sequence[int]) -> tantivy.Query:
+        """The documents of `corpora` (None: all) but the `exclude`d rowids."""
+        clauses = [(tantivy.Occur.Must, ts.corpus_query(self.schema, corpora) if corpora is not None
+                    else tantivy.Query.all_query())]
+        if exclude:
+            clauses.append((tantivy.Occur.MustNot, tantivy.Query.term_set_query(
+                self.schema, "rowid", [int(r) for r in exclude])))
+        return tantivy.Query.boolean_query(clauses)
+
+    def rows_matching(self, query: tantivy.Query, corpora: Sequence[str] | None,
+                      exclude: Sequence[int] = ()) -> set[int]:
+        """Every rowid of `corpora` whose document `query` matches (`exclude`d ones left out:
+        the delta holds their current versions)."""
+        searcher, _ = self._snapshot()
+        n = int(searcher.num_docs)
+        if n == 0:
+            return set()
+        whole = tantivy.Query.boolean_query([
+            (tantivy.Occur.Must, query), (tantivy.Occur.Must, self._within(corpora, exclude))])
+        hits = searcher.search(whole, n, count=False).hits
+        return {int(r) for r in searcher.fast_field_values("rowid", [a for _, a in hits]) if r is not None}
+
+    def prefix_words(self, prefix: str, corpora: Sequence[str] | None,
+                     exclude: Sequence[int] = ()) -> tuple[str, dict[str, int]]:
+        """(the prefix's stem, the indexed words starting with it and how many documents of
+        `corpora` hold each): what a `prefix*` query scores."""
+        stems = self._analyzer.analyze(prefix)
+        if not stems:
+            return "", {}
+        searcher, _ = self._snapshot()
+        if not searcher.num_docs:
+            return stems[0], {}
+        found = searcher.terms_with_prefix("body", stems[0], filter_query=self._within(corpora, exclude))
+        return stems[0], {str(term): int(count) for term, count in found if count}
 
     def doc_count(self) -> int:
         return int(self._index.searcher().num_docs)

@@ -17,8 +17,9 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ...textquery import TextQuery
-from .text_schema import TextDoc, body_of, term_words
+from ...querysyntax import TextMatch, Words
+from ...textquery import TextQuery, cjk_expand
+from .text_schema import TextDoc, analyzed, body_of, term_words
 
 K1 = 1.2
 B = 0.75
@@ -35,11 +36,26 @@ class PendingDoc:
     body: str | None  # the indexed body; None: deleted
     folded: str = ""  # lowercase, diacritics stripped: a cheap test before analyzing
     tokens: list[str] | None = None  # analyzed body, when a search first needed it
+    title: str | None = None
+    corpus: str = ""
+    title_tokens: list[str] | None = None
 
     def words(self, analyze: Callable[[str], list[str]]) -> list[str]:
         if self.tokens is None:
             self.tokens = analyze(self.body or "")
         return self.tokens
+
+    def title_words(self, analyze: Callable[[str], list[str]]) -> list[str]:
+        if self.title_tokens is None:
+            self.title_tokens = analyze(cjk_expand(self.title)) if self.title else []
+        return self.title_tokens
+
+    def passes(self, match: TextMatch, analyze: Callable[[str], list[str]]) -> bool:
+        """True when the document holds every required (and title) word and no excluded one."""
+        body = self.words(analyze)
+        return (all(_holds(body, w, analyze) for w in match.required)
+                and all(_holds(self.title_words(analyze), w, analyze) for w in match.title)
+                and not any(_holds(body, w, analyze) for w in match.excluded))
 
     def may_hold(self, token: str) -> bool:
         """False only when the body cannot hold an analyzed `token`: a stem is its word's
@@ -98,7 +114,7 @@ class TextDelta:
                 self.docs[rowid] = PendingDoc(seq, None)
             else:
                 body = body_of(doc.title, doc.text, title_repeat)
-                self.docs[rowid] = PendingDoc(seq, body, fold(body))
+                self.docs[rowid] = PendingDoc(seq, body, fold(body), title=doc.title, corpus=doc.corpus)
         self.seq = max(self.seq, reached)
 
     @property
@@ -108,9 +124,40 @@ class TextDelta:
     def live_rowids(self) -> list[int]:
         return [r for r, d in self.docs.items() if d.body is not None]
 
+    def matching(self, match: TextMatch,
+                 analyze: Callable[[str], list[str]]) -> tuple[set[int], set[int]]:
+        """(live documents holding every required and title word, those holding an excluded one)."""
+        required: set[int] = set()
+        excluded: set[int] = set()
+        for rowid, doc in self.docs.items():
+            if doc.body is None:
+                continue
+            body = doc.words(analyze)
+            if (all(_holds(body, w, analyze) for w in match.required)
+                    and all(_holds(doc.title_words(analyze), w, analyze) for w in match.title)):
+                required.add(rowid)
+            if any(_holds(body, w, analyze) for w in match.excluded):
+                excluded.add(rowid)
+        return required, excluded
+
+    def prefix_words(self, stem: str, corpora: Sequence[str] | None,
+                     analyze: Callable[[str], list[str]]) -> dict[str, int]:
+        """Analyzed words starting with `stem` in the live documents of `corpora`, with the
+        number of documents holding each."""
+        counts: dict[str, int] = {}
+        wanted = None if corpora is None else set(corpora)
+        for doc in self.docs.values():
+            if doc.body is None or (wanted is not None and doc.corpus not in wanted):
+                continue
+            if stem[: max(2, len(stem) - 1)] not in doc.folded:
+                continue
+            for word in {t for t in doc.words(analyze) if t.startswith(stem)}:
+                counts[word] = counts.get(word, 0) + 1
+        return counts
+
     def search(self, query: TextQuery, analyze: Callable[[str], list[str]], stats: IndexStats,
-               allowed: set[int]) -> list[tuple[int, float]]:
-        """BM25 of the pending documents in `allowed` that match any query term."""
+               allowed: set[int], match: TextMatch | None = None) -> list[tuple[int, float]]:
+        """BM25 of the pending documents in `allowed` that match any query term (and `match`)."""
         terms = term_words(query, analyze)
         if not terms or not allowed:
             return []
@@ -141,9 +188,21 @@ class TextDelta:
                 if tf:
                     weight = sum(idf_of(t) for t in term)
                     score += weight * tf * (K1 + 1) / (tf + K1 * (1 - B + B * dl / avgdl))
-            if score > 0:
+            if score > 0 and (not match or pending.passes(match, analyze)):
                 out.append((rowid, score))
         return out
+
+
+def _holds(tokens: list[str], words: Words, analyze: Callable[[str], list[str]]) -> bool:
+    """Whether analyzed `tokens` hold a word condition (a prefix: a word starting with its stem)."""
+    wanted = analyzed(words, analyze)
+    if not wanted:
+        return False
+    if words.prefix:
+        return any(t.startswith(wanted[0][1]) for t in tokens)
+    span = wanted[-1][0]
+    return any(all(tokens[i + place] == tok for place, tok in wanted)
+               for i in range(len(tokens) - span))
 
 
 def _count(tokens: list[str], phrase: list[str]) -> int:

@@ -11,6 +11,7 @@ schema: no I/O here.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,11 +19,12 @@ from typing import Any
 import tantivy
 
 from ...model import Filters
-from ...textquery import TextQuery, cjk_expand
+from ...querysyntax import TextMatch, Words
+from ...textquery import STOPWORDS, TextQuery, cjk_expand
 
 # Bump when the schema, the analyzer or what a field holds changes: an index written
-# under another format is rebuilt from the items.
-SCHEMA_VERSION = 2
+# under another format is rebuilt from the items. 3: the `title` field (`title:` queries).
+SCHEMA_VERSION = 3
 ANALYZER = "hkb_en"
 _RAW = "raw"
 # Absent expiry, stored as a number the clock never reaches (fast fields have no NULL).
@@ -76,6 +78,8 @@ def build_schema() -> tantivy.Schema:
     # i64, not u64: tantivy-py turns a Python int into an i64 term (delete_documents_by_term)
     b.add_integer_field("rowid", indexed=True, fast=True)
     b.add_text_field("body", tokenizer_name=ANALYZER, index_option="position")
+    # The title alone, for `title:` conditions only (it never scores: "body" holds it too).
+    b.add_text_field("title", tokenizer_name=ANALYZER, index_option="position")
     for name in FILTER_TEXT_FIELDS:
         b.add_text_field(name, tokenizer_name=_RAW, index_option="basic")
     b.add_text_field("meta", tokenizer_name=_RAW, index_option="basic")
@@ -132,6 +136,8 @@ def to_document(doc: TextDoc, repeat: int = TITLE_REPEAT) -> tantivy.Document:
     out = tantivy.Document()
     out.add_integer("rowid", doc.rowid)
     out.add_text("body", body_of(doc.title, doc.text, repeat))
+    if doc.title:
+        out.add_text("title", cjk_expand(doc.title))
     out.add_float("expires", NEVER if doc.expires_at is None else float(doc.expires_at))
     out.add_float("created", float(doc.created_at))
     out.add_float("updated", float(doc.updated_at))
@@ -204,6 +210,68 @@ def term_query(schema: tantivy.Schema, words: Sequence[str]) -> tantivy.Query:
     if len(words) == 1:
         return tantivy.Query.term_query(schema, "body", words[0], index_option="freq")
     return tantivy.Query.phrase_query(schema, "body", list(words))
+
+
+def analyzed(words: Words, analyze: Any) -> list[tuple[int, str]]:
+    """A word condition's words through the index's analyzer, each with its place in the
+    phrase (from 0). Stopwords are left out but keep their place, as PostgreSQL's
+    phraseto_tsquery does ("nothing is impossible": 'noth' <2> 'imposs'), so a phrase
+    matches the same documents on both. A prefix: its first token."""
+    out: list[tuple[int, str]] = []
+    for place, word in enumerate(words.words):
+        if words.prefix or word not in STOPWORDS:
+            out.extend((place, tok) for tok in analyze(word))
+    if not out:
+        return []
+    if words.prefix:
+        return [(0, out[0][1])]
+    first = out[0][0]
+    return [(place - first, tok) for place, tok in out]
+
+
+def words_query(schema: tantivy.Schema, field: str, words: Words, analyze: Any) -> tantivy.Query:
+    """The documents whose `field` holds `words`: a term, a phrase (each word at its place)
+    or, for a prefix, any indexed word starting with its stem (nothing when none is left)."""
+    tokens = analyzed(words, analyze)
+    if not tokens:
+        return tantivy.Query.empty_query()
+    if words.prefix:  # the analyzer leaves letters and digits: nothing to escape in the regex
+        return tantivy.Query.regex_query(schema, field, re.escape(tokens[0][1]) + ".*")
+    if len(tokens) == 1:
+        return tantivy.Query.term_query(schema, field, tokens[0][1])
+    return tantivy.Query.phrase_query(schema, field, list[str | tuple[int, str]](tokens))
+
+
+def required_query(schema: tantivy.Schema, match: TextMatch, analyze: Any) -> tantivy.Query | None:
+    """Documents holding every required word and title word; None when there are none."""
+    must = [words_query(schema, "body", w, analyze) for w in match.required]
+    must += [words_query(schema, "title", w, analyze) for w in match.title]
+    if not must:
+        return None
+    return tantivy.Query.boolean_query([(tantivy.Occur.Must, q) for q in must])
+
+
+def excluded_query(schema: tantivy.Schema, match: TextMatch, analyze: Any) -> tantivy.Query | None:
+    """Documents holding any excluded word; None when nothing is excluded."""
+    if not match.excluded:
+        return None
+    return tantivy.Query.boolean_query(
+        [(tantivy.Occur.Should, words_query(schema, "body", w, analyze)) for w in match.excluded])
+
+
+def match_clauses(schema: tantivy.Schema, match: TextMatch | None,
+                  analyze: Any) -> list[tuple[tantivy.Occur, tantivy.Query]]:
+    """A query's word conditions as clauses that score zero (filters restrict, BM25 ranks)."""
+    if not match:
+        return []
+    clauses = []
+    required = required_query(schema, match, analyze)
+    if required is not None:
+        clauses.append(_filter(required))
+    excluded = excluded_query(schema, match, analyze)
+    if excluded is not None:
+        clauses.append((tantivy.Occur.MustNot, excluded))
+    return clauses
 
 
 def corpus_query(schema: tantivy.Schema, corpora: Sequence[str]) -> tantivy.Query:

@@ -500,6 +500,9 @@ class PostgresBackend:
     # -- retrieval ------------------------------------------------------------------------------
 
     def text_search(self, query: TextQuery, area: SearchArea, limit: int) -> ScoredKeys:
+        if query.prefixes:  # `comput*`: its most frequent words (as SQLite's)
+            asked = query
+            query = self._search(lambda conn: fulltext.expand_prefixes(conn, asked, area.corpora))
         terms = [" ".join(term) for term in query.terms]
         if not terms or limit <= 0:
             return []

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from psycopg import sql
 
+from ...textquery import PREFIX_TERMS, TextQuery
 from ..contract import SearchArea
 from . import blockcache, topk
 from . import sql as q
@@ -157,6 +158,16 @@ def _parts(sizes: list[int], most: int, least: int) -> list[list[int]]:
     return [part for part in parts if part]
 
 
+def expand_prefixes(conn: Connection[Any], query: TextQuery,
+                    corpora: Sequence[str] | None) -> TextQuery:
+    """The query with each prefix replaced by its PREFIX_TERMS most frequent words."""
+    extra: list[tuple[str, ...]] = []
+    for prefix in query.prefixes:
+        statement, params = q.prefix_words(prefix, corpora, PREFIX_TERMS)
+        extra.extend((str(row[0]),) for row in conn.execute(statement, params).fetchall())
+    return query.with_terms(extra)
+
+
 def _within(values: Any, members: Any) -> Any:
     """Which of `values` are in the sorted array `members`."""
     if not len(members):
@@ -182,7 +193,7 @@ def search(conn: Connection[Any], terms: Sequence[str], area: SearchArea, limit:
     items_in, items_params = q._in_corpora("i.corpus", area.corpora)
     statement = sql.SQL(_TERMS).format(
         in_corpora=items_in, stats_in_corpora=stats_in, buckets_in_corpora=buckets_in)
-    excluded = _Excluded(area) if not area.filters.needs_row_filter else None
+    excluded = _Excluded(area) if not (area.filters.needs_row_filter or area.match) else None
     # One round trip: the terms and the excluded items.
     with conn.pipeline():
         cur = conn.cursor(binary=True).execute(statement, [

@@ -25,6 +25,7 @@ from typing import Any
 from psycopg import sql
 
 from ...pathglob import common_prefixes, paths_regex
+from ...querysyntax import TextMatch, Words
 from .. import records
 from ..contract import SearchArea, Vector
 
@@ -213,8 +214,32 @@ def _is_false(column: str) -> str:
     return f"NOT {column}"
 
 
+def _words_query(words: Words) -> tuple[str, str]:
+    """A word condition as a tsquery expression and its bound value: a phrase (its words
+    side by side, `<->`), or a prefix (`'stem':*`: letters and digits only, nothing to
+    quote; to_tsquery stems it, as tantivy's analyzer stems SQLite's)."""
+    if words.prefix:
+        return "to_tsquery('english', %s)", f"'{words.words[0]}':*"
+    return "phraseto_tsquery('english', %s)", " ".join(words.words)
+
+
+def _text_match(alias: str, match: TextMatch) -> tuple[str, list[Any]]:
+    """The query's `+word`, `title:` and `-word` conditions on the weighted tsvector (the
+    title's positions are weighted 'A', migration 001)."""
+    clauses, params = [], []
+    for group, form in ((match.required, "{tsv} @@ {q}"),
+                        (match.title, "ts_filter({tsv}, ARRAY['a']::\"char\"[]) @@ {q}"),
+                        (match.excluded, "NOT ({tsv} @@ {q})")):
+        for words in group:
+            query, value = _words_query(words)
+            clauses.append(form.format(tsv=f"{alias}.tsv", q=query))
+            params.append(value)
+    return "(" + " AND ".join(clauses) + ")", params
+
+
 _DIALECT = records.FilterDialect(mark="%s", one_of=_one_of, is_false=_is_false,
-                                 metadata_in=_metadata_in, path_matches=_path_matches)
+                                 metadata_in=_metadata_in, path_matches=_path_matches,
+                                 text_match=_text_match)
 # For conditions checked row by row (rows an index scan found): containment and path
 # prefixes would only add work there (twelve `@>` tests a row for `copy` in 0-9 made a search 1.35x slower).
 _ROW_DIALECT = replace(_DIALECT, metadata_in=_metadata_equal, path_matches=_path_regex)
@@ -341,6 +366,25 @@ def text_search(
         query=_or_query(len(terms)), n=n, n_title=n_title,
         weighted=weighted, k1=sql.Literal(BM25_K1), b=sql.Literal(BM25_B))
     return statement, [list(terms), *ok_params, *corpus_params, *terms, *stats_params, limit]
+
+
+# The words of the corpora searched starting with a prefix's stem, the most frequent first
+# (ties bytewise, as SQLite's text_match.py ranks them), from the BM25 index's blocks.
+PREFIX_WORDS = """
+WITH p AS (SELECT min(x) AS stem FROM unnest(tsvector_to_array(to_tsvector('english', %s))) AS x)
+SELECT b.lexeme, sum(b.n) AS df FROM bm25_blocks b
+WHERE b.lexeme >= (SELECT stem FROM p) AND b.lexeme < (SELECT stem || chr(1114111) FROM p)
+  AND starts_with(b.lexeme, (SELECT stem FROM p)) AND {in_corpora}
+GROUP BY b.lexeme HAVING sum(b.n) > 0
+ORDER BY df DESC, b.lexeme
+LIMIT %s
+"""
+
+
+def prefix_words(prefix: str, corpora: Sequence[str] | None,
+                 limit: int) -> tuple[sql.Composed, list[Any]]:
+    in_corpora, params = _in_corpora("b.corpus", corpora)
+    return sql.SQL(PREFIX_WORDS).format(in_corpora=in_corpora), [prefix, *params, limit]
 
 
 def substring_search(

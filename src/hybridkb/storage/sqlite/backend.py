@@ -27,11 +27,12 @@ from .. import asked, codec, records
 from ..contract import Key, ScoredKeys, SearchArea, Vector
 from ..indexes import scan
 from ..indexes.sync import TextIndexSync
+from ..indexes.text_match import expand_prefixes
 from ..indexes.text_schema import title_repeat
 from ..indexes.vector_base import Wanted
 from ..indexes.vectors import ANN_MODES, VectorIndexSync, knn
 from ..records import DEFAULT_BM25_WEIGHTS, META_PENDING_VECTOR_DIM, META_VECTOR_DIM
-from . import derived, maintenance
+from . import derived, maintenance, matching
 from . import driver as sqlite_driver
 from .changes import SQLiteChanges, prune_passed
 from .filters import filter_sql
@@ -474,6 +475,9 @@ class SQLiteBackend:
 
     def _indexed_text_search(self, query: TextQuery, area: SearchArea, limit: int) -> ScoredKeys:
         index, delta = self._text.view()
+        query = expand_prefixes(query, index, delta, area.corpora)
+        if query.is_empty:
+            return []
         rowids = None
         if area.filters.paths:  # path globs are SQL regexes over metadata.path: the rows, from SQL
             where, params = filter_sql(area)
@@ -481,7 +485,7 @@ class SQLiteBackend:
             if not rowids:
                 return []
         top = index.search(query, corpora=area.corpora, filters=area.filters, now=area.now,
-                           limit=limit, rowids=rowids, exclude=delta.rowids)
+                           limit=limit, rowids=rowids, exclude=delta.rowids, match=area.match)
         live = delta.live_rowids()
         if live:  # writes the index does not hold yet: filtered here, scored like the index would
             where, params = filter_sql(area)
@@ -490,7 +494,8 @@ class SQLiteBackend:
                 allowed.update(r[0] for r in self._read(
                     f"SELECT i.rowid FROM items i WHERE i.rowid IN ({_marks(len(chunk))}) AND {where}",
                     [*chunk, *params]))
-            extra = delta.search(query, index.analyze, index.stats(query, area.corpora), allowed)
+            extra = delta.search(query, index.analyze, index.stats(query, area.corpora), allowed,
+                                 area.match)
             top = sorted(top + extra, key=lambda p: (-p[1], p[0]))[:limit]
         return [*top]
 
@@ -498,14 +503,15 @@ class SQLiteBackend:
         if not words or limit <= 0:
             return []
         where, params = filter_sql(area)
+        where, params, excluded = matching.substring_where(self._text, self._changes, area, where, params)
         hits = " + ".join(
             "(instr(lower(i.text), ?) > 0) + (instr(lower(coalesce(i.title, '')), ?) > 0)"
             for _ in words)
         word_params = [w for w in words for _ in (0, 1)]
         sql = (f"SELECT i.rowid, {hits} AS s FROM items i WHERE {where} "
                f"AND s > 0 ORDER BY s DESC, i.id LIMIT ?")
-        rows = self._read(sql, [*word_params, *params, limit])
-        return [(r[0], float(r[1])) for r in rows]
+        found = self._read(sql, [*word_params, *params, limit + len(excluded)])
+        return [(r[0], float(r[1])) for r in found if r[0] not in excluded][:limit]
 
     def vector_search(self, vector: Vector, area: SearchArea, limit: int) -> ScoredKeys:
         """Cosine KNN over the vector index (base + delta, storage/indexes/vectors.py): corpus,
@@ -523,19 +529,23 @@ class SQLiteBackend:
             where, params = filter_sql(area)
             rows = np.asarray(sorted(r[0] for r in self._read(
                 f"SELECT i.rowid FROM items i WHERE {where}", params)), dtype=np.int64)
+        rows, excluded = matching.vector_rows(self._text, self._changes, area, rows)  # +word, -word
         wanted = Wanted(area.corpora, area.now, f.include_expired, f.include_stale)
+        deep = limit + len(excluded)  # hits holding an excluded word are dropped from this many
         try:
             try:
                 base, delta = self._vectors.view(dim, read_only=self.newer_schema is not None or self.damaged)
             except self._database_error as exc:  # read on the index builder's own connection
                 raise self._error(exc, "reading the vectors") from exc
-            return [*knn(base, delta, query, limit, wanted=wanted, rows=rows)]
+            found = knn(base, delta, query, deep, wanted=wanted, rows=rows)
         except BaseException as exc:  # a damaged base not rebuilt, an unreadable folder: derived.py
             derived.unusable(exc, self._vectors, "vector", "an exact scan of the stored vectors")
             try:
-                return [*scan.exact_knn(self._changes, dim, query, limit, wanted=wanted, rows=rows)]
+                found = scan.exact_knn(self._changes, dim, query, deep, wanted=wanted, rows=rows)
             except self._database_error as exc:
                 raise self._error(exc, "reading the vectors") from exc
+        kept: ScoredKeys = [(k, s) for k, s in found if k not in excluded]
+        return kept[:limit]
 
     def _data_version(self) -> int:
         return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
