@@ -381,14 +381,12 @@ class KnowledgeBase:
         touch: bool = False, dedup: Any = _UNSET, explain: Any = _UNSET,
     ) -> SearchResult:
         """Hybrid search. A query's text never raises; bad options raise InvalidInputError.
-
-        `corpus="x"` searches one corpus, `corpora=[...]` several (default: all).
-        `mode` is one of `model.MODES`, `fusion` one of `fusion.FUSIONS`. Several corpora
-        are searched as one (`merge="relevance"`); `merge="rrf"` fuses each corpus apart
+        It reads `"phrase" +word -word prefix* title:/kind:/corpus:/path:/language:` (docs/cli.md;
+        `syntax=False`: plain words). `corpus="x"` searches one corpus, `corpora=[...]` several
+        (default: all). `mode` is one of `model.MODES`, `fusion` one of `fusion.FUSIONS`. Several
+        corpora are searched as one (`merge="relevance"`); `merge="rrf"` fuses each corpus apart
         and interleaves them by rank, so each corpus gets equal say. Each hit's `score` is
         a relevance in [0, 1] (docs/scoring.md); `min_score` drops hits scoring lower.
-        The query reads `"phrase"`, `+word`, `-word`, `prefix*` and `title:`, `kind:`,
-        `corpus:`, `path:`, `language:` (docs/cli.md); `syntax=False` reads plain words.
         `dedup_threshold` is the token-Jaccard similarity at which near-duplicates
         collapse (None: off); `dedup_cosine` adds a cosine test on stored vectors.
         Every hit carries its explanation (per-retriever ranks and scores, fusion

@@ -501,23 +501,20 @@ class PostgresBackend:
 
     def text_search(self, query: TextQuery, area: SearchArea, limit: int) -> ScoredKeys:
         if query.prefixes:  # `comput*`: its most frequent words (as SQLite's)
-            asked = query
-            query = self._search(lambda conn: fulltext.expand_prefixes(conn, asked, area.corpora))
+            query = self._search(lambda conn: fulltext.expand_prefixes(conn, query, area.corpora))
         terms = [" ".join(term) for term in query.terms]
         if not terms or limit <= 0:
             return []
-        statement, params = q.text_search(
-            terms, area, limit, ranking=self.ranking, weights=self.bm25_weights,
-            normalization=self.ts_normalization)
+        statement, params = q.text_search(terms, area, limit, ranking=self.ranking,
+                                          weights=self.bm25_weights, normalization=self.ts_normalization)
         if self.ranking != "bm25" or self.bm25_search != "topk":
             return [(r[0], float(r[1])) for r in self._search(
                 lambda conn: conn.execute(statement, params).fetchall())]
 
         def work(conn: Connection[Any]) -> list[Any]:
             scoped = not selectivity.keeps_many(conn, area, self.filtered_exact_rows, limit)
-            found = fulltext.search(conn, terms, area, limit, self.bm25_weights,
-                                    self.bm25_exact_top, self.bm25_tail, self._blocks,
-                                    scoped=scoped)
+            found = fulltext.search(conn, terms, area, limit, self.bm25_weights, self.bm25_exact_top,
+                                    self.bm25_tail, self._blocks, scoped=scoped)
             return found if found is not None else conn.execute(statement, params).fetchall()
 
         return [(r[0], float(r[1])) for r in self._search(work)]
