@@ -174,6 +174,21 @@ def test_damage_under_an_open_text_index_is_a_note_not_a_panic(store: Path) -> N
     kb.close()
 
 
+def test_excluded_words_hold_while_the_text_index_is_unusable(store: Path) -> None:
+    """`-word` in a vector search needs the rows holding the word: with the text index
+    failing under the search, the stored items are read for them instead (with a note)."""
+    kb = open_kb(store)
+    assert "it5" in kb.search("item5 alpha", mode="vector", limit=50).ids
+    assert kb.search("item5", mode="fts").ids[:1] == ["it5"]  # the text index is open
+    path = largest(store, "*.fast")
+    overwrite(path, path.stat().st_size, 0)
+    result = kb.search("item5 alpha -item5 -beta", mode="vector", limit=50)
+    assert result.ids and "it5" not in result.ids
+    assert all("beta" not in hit.text.split() for hit in result.hits)
+    assert any("full-text index unusable" in n for n in result.notes), result.notes
+    kb.close()
+
+
 @pytest.mark.parametrize("damage", ["fast 4 KB at the end", "matrix rows rolled", "index folder is a file"])
 def test_the_cli_reports_and_repairs_without_a_traceback(store: Path, damage: str) -> None:
     DAMAGES[damage](store)

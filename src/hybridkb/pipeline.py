@@ -255,8 +255,8 @@ def _run(
     # Rank the head by its final score (ties by id); only the page becomes Hit objects.
     ranked = sorted(order, key=lambda doc: (-final[doc][1], items[doc].id))
     reranked: dict[Key, float] = {}
-    if rerank is not None and plan.query.strip():
-        ranked, reranked = _rerank(rerank, plan.query, ranked, items)
+    if rerank is not None and parsed.embed_text.strip():  # the query without its operators
+        ranked, reranked = _rerank(rerank, parsed.embed_text, ranked, items)
     page = [_hit(doc, candidates[doc], items, boosts, labels, reranked.get(doc))
             for doc in ranked[plan.offset : plan.offset + plan.limit]]
     return SearchResult(hits=page, answered_by=answered, mode=plan.mode, query=plan.query,
