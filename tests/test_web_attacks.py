@@ -281,3 +281,88 @@ def test_mcp_transport_refuses_the_same_hosts(hidden: KnowledgeBase, host: str) 
     r = client.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
                     headers={**AUTH, "host": host, "accept": "application/json, text/event-stream"})
     assert r.status_code == 421, r.text
+
+
+# -- 8. merge="rrf" over many corpora; corpus creation through the API --------------------------------
+
+def _counting(kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """How often each retrieval of the real backend runs."""
+    calls = {"text_search": 0, "vector_search": 0, "substring_search": 0}
+    for name in calls:
+        real = getattr(kb.backend, name)
+
+        def counted(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+        monkeypatch.setattr(kb.backend, name, counted)
+    return calls
+
+
+def test_rrf_merge_costs_one_retrieval_per_retriever_over_many_corpora(
+        kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hybridkb.pipeline import RRF_APART_MAX
+
+    n = RRF_APART_MAX + 12
+    kb.add_many([{"text": f"cache invalidation note {i}", "corpus": "big"} for i in range(40)])
+    kb.add_many([{"text": f"cache invalidation in part {i}", "corpus": f"c{i:02d}", "id": f"c{i:02d}"}
+                 for i in range(n)])
+    calls = _counting(kb, monkeypatch)
+    result = kb.search("cache invalidation", limit=n + 1, merge="rrf")
+    assert calls == {"text_search": 1, "vector_search": 1, "substring_search": 0}
+    corpora = [h.corpus for h in result.hits]
+    assert set(corpora) == {"big", *(f"c{i:02d}" for i in range(n))}  # each corpus has its say
+    assert corpora.count("big") == 1
+
+
+def test_rrf_substring_fallback_is_one_retrieval_too(
+        fts_kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hybridkb.pipeline import RRF_APART_MAX
+
+    fts_kb.add_many([{"text": f"xylophone{i}", "corpus": f"c{i:02d}"} for i in range(RRF_APART_MAX + 4)])
+    calls = _counting(fts_kb, monkeypatch)
+    result = fts_kb.search("xylophone", merge="rrf")  # no word matches: substrings answer
+    assert result.answered_by == "substring" and len(result.hits) == 10
+    assert calls == {"text_search": 1, "vector_search": 0, "substring_search": 1}
+
+
+def test_rrf_merge_over_few_corpora_still_searches_each_apart(
+        kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch) -> None:
+    kb.add_many([{"text": f"cache invalidation note {i}", "corpus": "big"} for i in range(40)])
+    kb.add("cache invalidation in the code", corpus="code", id="c")
+    calls = _counting(kb, monkeypatch)
+    result = kb.search("cache invalidation", limit=5, merge="rrf")
+    assert calls["text_search"] == 2 and {h.corpus for h in result.hits[:2]} == {"big", "code"}
+
+
+def test_clients_create_a_bounded_number_of_corpora(
+        kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hybridkb import selection
+
+    monkeypatch.setattr(selection, "MAX_CLIENT_CORPORA", 3)
+    kb.add("one", corpus="a")
+    with TestClient(web_app(kb, token=TOKEN), base_url=BASE) as c:
+        for name in ("b", "c"):
+            assert c.post("/api/items", json={"text": "x", "corpus": name}, headers=AUTH).status_code == 201
+        r = c.post("/api/items", json={"text": "x", "corpus": "d"}, headers=AUTH)
+        assert r.status_code == 400 and "3 corpora" in r.json()["error"]["message"]
+        r = c.post("/api/remember", json={"text": "x", "corpus": "e"}, headers=AUTH)
+        assert r.status_code == 400
+        # existing corpora stay writable
+        assert c.post("/api/items", json={"text": "y", "corpus": "a"}, headers=AUTH).status_code == 201
+    assert sorted(kb.corpora()) == ["a", "b", "c"]
+
+
+@pytest.mark.anyio
+async def test_mcp_clients_create_a_bounded_number_of_corpora(
+        kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hybridkb import selection
+
+    monkeypatch.setattr(selection, "MAX_CLIENT_CORPORA", 2)
+    kb.add("one", corpus="a")
+    async with Client(build_server(kb)) as client:
+        made = await client.call_tool("remember", {"text": "x", "corpus": "b"})
+        refused = await client.call_tool("remember", {"text": "x", "corpus": "c"})
+        again = await client.call_tool("remember", {"text": "y", "corpus": "a"})
+    assert not made.is_error and refused.is_error and not again.is_error
+    assert "2 corpora" in refused.content[0].text  # type: ignore[union-attr]
+    assert sorted(kb.corpora()) == ["a", "b"]

@@ -38,6 +38,9 @@ MIN_DEPTH = 300
 # reorders the first max(POOL, 3 * (offset + limit)) fused candidates.
 DEDUP_HEAD = 20
 POOL = 50
+# merge="rrf" retrieves each corpus apart up to this many corpora; past it, once over all
+# of them (a corpus with nothing in the store-wide first `depth` then has no say).
+RRF_APART_MAX = 8
 
 
 def _heads(plan: SearchPlan) -> tuple[int, int]:
@@ -182,11 +185,24 @@ def _run(
 
     depth = plan.candidate_depth
     # Merge by relevance: every corpus searched at once, one list per retriever. Merge by
-    # RRF: one group per corpus, fused apart and interleaved by rank.
+    # RRF: one group per corpus, fused apart and interleaved by rank; past RRF_APART_MAX
+    # corpora the lists come from one retrieval over all of them, split by corpus.
     groups = [tuple(corpora)] if plan.merge == "relevance" and corpora else [(c,) for c in corpora]
-    lists: dict[tuple[str, ...], dict[str, ScoredKeys]] = {}
-    for group in groups:
-        area = SearchArea(corpora=group, filters=filters, now=now, match=match)
+    split = len(groups) > RRF_APART_MAX
+    searched = [tuple(corpora)] if split else groups
+    items: dict[Key, StoredItem] = {}  # by the key the retrievers named them with
+
+    def retrieve(one: Callable[[SearchArea], dict[str, ScoredKeys]]) -> None:
+        nonlocal groups
+        got = {g: one(SearchArea(corpora=g, filters=filters, now=now, match=match))
+               for g in searched}
+        if split:
+            _fetch(backend, items, {d for per in got.values() for sc in per.values() for d, _ in sc})
+            got = _by_corpus(got[searched[0]], items)
+            groups = [(c,) for c in corpora if (c,) in got]
+        lists.update(got)
+
+    def retrievals(area: SearchArea) -> dict[str, ScoredKeys]:
         per: dict[str, ScoredKeys] = {}
         pending = None
         if use_fts and qvec is not None and getattr(backend, "retrieves_concurrently", False):
@@ -199,18 +215,18 @@ def _run(
             per["vector"] = pending.result()
         elif qvec is not None:
             per["vector"] = backend.vector_search(qvec, area, depth)
-        lists[group] = per
+        return per
 
+    lists: dict[tuple[str, ...], dict[str, ScoredKeys]] = {}
+    retrieve(retrievals)
     answered = _answered_by(lists)
     if answered == "none" and plan.mode == "hybrid":
         words = textquery.plain_words(parsed.embed_text)
-        for group in groups:
-            area = SearchArea(corpora=group, filters=filters, now=now, match=match)
-            lists[group] = {"substring": backend.substring_search(words, area, depth)}
-        answered = "substring" if any(lists[g]["substring"] for g in groups) else "none"
+        lists.clear()
+        retrieve(lambda area: {"substring": backend.substring_search(words, area, depth)})
+        answered = "substring" if any(per["substring"] for per in lists.values()) else "none"
 
     head, pool = _heads(plan)
-    items: dict[Key, StoredItem] = {}  # by the key the retrievers named them with
     heads = {d for per in lists.values() for sc in per.values() for d, _ in sc[:head]}
     _fetch(backend, items, heads | _pool_ahead(lists, pool))
 
@@ -273,6 +289,18 @@ def _rerank(rerank: Reranker, query: str, ranked: list[Key],
     by = dict(zip(head, scores, strict=True))
     order = sorted(range(len(head)), key=lambda i: (-scores[i], i))
     return [head[i] for i in order] + ranked[depth:], by
+
+
+def _by_corpus(per: dict[str, ScoredKeys], items: dict[Key, StoredItem]
+               ) -> dict[tuple[str, ...], dict[str, ScoredKeys]]:
+    """One retrieval's lists over several corpora as one group of lists per corpus (each
+    list keeping its order); keys whose item is gone since are dropped."""
+    out: dict[tuple[str, ...], dict[str, ScoredKeys]] = {}
+    for name, scored in per.items():
+        for doc, score in scored:
+            if doc in items:
+                out.setdefault((items[doc].corpus,), {n: [] for n in per})[name].append((doc, score))
+    return out
 
 
 def _pool_ahead(lists: dict[tuple[str, ...], dict[str, ScoredKeys]], pool: int) -> set[Key]:

@@ -14,6 +14,19 @@ from . import validation
 from .errors import InvalidInputError, NotFoundError
 from .model import Filters, Item
 
+# A server's clients (REST, MCP) may write into a new corpus only while the store holds
+# fewer corpora than this; the library, the CLI and `index` are not limited.
+MAX_CLIENT_CORPORA = 1000
+
+
+def check_client_corpus(name: str, existing: Mapping[str, int]) -> None:
+    """Refuse a client's write that would create a corpus past MAX_CLIENT_CORPORA."""
+    if isinstance(name, str) and name not in existing and len(existing) >= MAX_CLIENT_CORPORA:
+        raise InvalidInputError(
+            f"this store holds {len(existing)} corpora, the most a server's clients may create "
+            f"({MAX_CLIENT_CORPORA} corpora): write into an existing one, or create it with the "
+            "CLI or the library")
+
 
 def pick_corpora(corpus: str | None, corpora: Sequence[str] | str | None) -> Sequence[str] | str | None:
     """`corpus="x"` (one) or `corpora=[...]` (several); both at once is an error."""

@@ -13,6 +13,7 @@ from ..errors import InvalidInputError, NotFoundError
 from ..fusion import DEFAULT_FUSION
 from ..labels import source_label
 from ..model import Hit, Item, SearchResult, iso
+from ..selection import check_client_corpus
 from ..snippets import snippet
 from ..store import MEMORY_CORPUS, KnowledgeBase
 from .highlight import location, term_spans
@@ -77,13 +78,12 @@ class Service:
         if self.read_only:
             raise ReadOnlyError("this server is read-only (started with --read-only)")
         if corpus is None:
-            if self.allowed is None or default in self.allowed:
-                return default
-            return self.allowed[0]
-        if not self._visible(corpus):
+            corpus = default if self.allowed is None or default in self.allowed else self.allowed[0]
+        elif not self._visible(corpus):
             assert self.allowed is not None
             raise InvalidInputError(f"corpus {corpus!r} is not writable on this server; "
                                     f"writable: {', '.join(self.allowed)}")
+        check_client_corpus(corpus, self.kb.corpora())
         return corpus
 
     # -- reads --------------------------------------------------------------------------------
