@@ -300,7 +300,12 @@ _ADVICE: tuple[tuple[str, str], ...] = (
      _REPAIR + ": those items are embedded again (or `hybridkb reembed`)"),
     ("vectors of items not marked embedded",
      _REPAIR + ": the stale vectors are dropped and the items embedded again"),
+    ("cannot be written", "let the process write to the index folder (permissions, a read-only "
+     "mount) or free space on its disk: the indexes catch up by themselves"),
+    ("disk is full", "free space on the index folder's disk: the indexes catch up by themselves"),
+    ("index folder is not a folder", _REPAIR + ": the file is moved aside and the indexes rebuilt"),
     ("vector index", _REPAIR + ": the vector index is rebuilt"),
+    ("text index", _REPAIR + ": the text index is rebuilt from the items"),
 )
 
 

@@ -10,10 +10,15 @@ note. The next success clears it, so recovery needs nothing but the cause gone.
 from __future__ import annotations
 
 import errno
+import logging
+import shutil
 import threading
 import time
+from pathlib import Path
 
 RETRY_S = 5.0
+FULL_BYTES = 16 << 20  # a folder whose disk has less free is called full
+log = logging.getLogger("hybridkb")
 
 
 class IndexUnavailable(Exception):
@@ -21,10 +26,11 @@ class IndexUnavailable(Exception):
     from the store instead."""
 
 
-def describe(exc: BaseException) -> str:
-    """A failure in a few words: a full disk and a read-only folder by name."""
+def describe(exc: BaseException, folder: Path | None = None) -> str:
+    """A failure in a few words: a full disk and a read-only folder by name (tantivy reports
+    a full disk as "An index writer was killed": the folder's free space tells)."""
     code = getattr(exc, "errno", None)
-    if code == errno.ENOSPC or "No space left" in str(exc):
+    if code == errno.ENOSPC or "No space left" in str(exc) or _full(folder):
         return "its folder's disk is full"
     if code in (errno.EROFS, errno.EACCES, errno.EPERM) or "Read-only file system" in str(exc):
         return f"its folder cannot be written: {exc}"
@@ -32,23 +38,42 @@ def describe(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-class Health:
-    """One index's last failure (None: none since the last success)."""
+def _full(folder: Path | None) -> bool:
+    for path in (folder, folder.parent if folder else None):
+        try:
+            return path is not None and shutil.disk_usage(path).free < FULL_BYTES
+        except OSError:
+            continue
+    return False
 
-    def __init__(self) -> None:
+
+class Health:
+    """One index's last failure (None: none since the last success). The first failure and
+    the recovery are logged (a warning on stderr where nothing else handles the log), so a
+    write that commits while its index cannot follow says so."""
+
+    def __init__(self, what: str = "index", folder: Path | None = None) -> None:
+        self.what, self.folder = what, folder
         self.reason: str | None = None
         self._until = 0.0
         self._lock = threading.Lock()
 
     def failed(self, exc: BaseException) -> str:
         with self._lock:
-            self.reason = describe(exc)
+            first = self.reason is None
+            self.reason = describe(exc, self.folder)
             self._until = time.monotonic() + RETRY_S
-            return self.reason
+        if first:
+            log.warning("hybridkb: the %s cannot be updated (%s); writes are kept in the store "
+                        "and searched from there, and it catches up once it can be written",
+                        self.what, self.reason)
+        return self.reason
 
     def ok(self) -> None:
         with self._lock:
-            self.reason, self._until = None, 0.0
+            was, self.reason, self._until = self.reason, None, 0.0
+        if was is not None:
+            log.warning("hybridkb: the %s can be updated again", self.what)
 
     def waiting(self) -> bool:
         """Whether the last failure is too recent to try again."""

@@ -142,8 +142,8 @@ class TextIndexSync:
         self.rebuilds = 0  # how many rebuilds this process ran (for tests and `check`)
         self._state = None if folder is None else StateReader(folder)  # read per search: by stat
         self._feed: _Feed | None = None
-        self.health = Health()  # opening or rebuilding failed: searches scan the store
-        self.lag = Health()  # committing failed (a read-only or full folder): the delta grows
+        self.health = Health("text index", folder)  # opening or rebuilding failed: searches scan
+        self.lag = Health("text index", folder)  # committing failed (read-only, full): the delta grows
         self._damage: str | None = None  # why the last open found the index unusable
         close_at_exit(self)
 
@@ -178,6 +178,8 @@ class TextIndexSync:
             index = self._usable()
             _, head = self.source.log_bounds()
             if self._delta.base_seq == index.seq and self._delta.seq >= head:
+                if len(self._delta) and self.lag.reason is not None and not self.lag.waiting():
+                    self._start_worker()  # time to try the folder again
                 return index, self._note_lag(self._delta)
             delta = self._delta.copy()  # searches already holding the old one keep it as it is
             self._delta = delta
@@ -234,7 +236,8 @@ class TextIndexSync:
         index = self._index
         state = self._state.read() if self._state is not None else None
         if index is not None and self.folder is not None:
-            if state is None or state.get("generation") != index.generation:
+            if state is None or state.get("generation") != index.generation or (
+                    index.shadowed and os.access(self.folder, os.W_OK)):  # writable again
                 index = None
             elif state["seq"] != index.seq:
                 try:
@@ -322,6 +325,8 @@ class TextIndexSync:
         try:
             with self._lock:
                 index = self._index
+                if index is not None and index.shadowed:  # open it writable, if it is now
+                    index = self._index = None
             if index is None:
                 index = self._open()
                 if index is None:

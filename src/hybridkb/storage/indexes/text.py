@@ -129,6 +129,11 @@ class TextIndex:
         return verify.text_problems(self.folder, self._state.get("files"), full=full)
 
     @property
+    def shadowed(self) -> bool:
+        """Opened through links (its folder was read-only): searched, never written."""
+        return self._shadow is not None
+
+    @property
     def title_repeat(self) -> int:
         return int(self._state.get("title_repeat", ts.TITLE_REPEAT))
 
@@ -217,6 +222,8 @@ class TextIndex:
         threads with a wider heap took a fifth to a third off a rebuild's time (100k items,
         2 cores: 8.4 s at 64 MB per thread, 6.7 s at 256); small catch-ups keep one. A
         bulk feed asks for its own number of `threads` (sync.FEED_THREADS)."""
+        if self._shadow is not None:  # its commits would land in the temporary folder
+            raise IndexUnusable("the text index was opened read-only")
         if bulk:
             return self._index.writer(heap_size=_BULK_HEAP, num_threads=threads)
         return self._index.writer(heap_size=_WRITER_HEAP, num_threads=1)

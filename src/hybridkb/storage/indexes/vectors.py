@@ -123,7 +123,7 @@ class VectorIndexSync:
         self._swept = False
         self.builds = 0
         self.measurements = 0  # measurements added to a generation (no new matrix)
-        self.health = Health()  # building failed (a read-only or full folder): searches scan
+        self.health = Health("vector index", folder)  # building failed (read-only, full folder)
         self._damage: str | None = None  # why the published generation could not be opened
         self._bad_key: tuple[str, int, int] | None = None  # ...that generation (not opened again)
         close_at_exit(self)

@@ -54,7 +54,7 @@ def problems(folder: Path | None, text: TextIndexSync, vectors: VectorIndexSync,
     except BaseException as exc:  # a damaged index that cannot even be rebuilt here
         if not engine_failure(exc):
             raise
-        return [*found, f"text index: cannot be read ({describe(exc)})"]
+        return [*found, f"text index: cannot be caught up with the store ({describe(exc, text.folder)})"]
     items = set(item_rowids())
     if indexed - items:
         found.append(f"{len(indexed - items)} text index documents without an item")
