@@ -31,8 +31,8 @@ MAX_LINES = 600
 PURE = {"errors", "model", "fusion", "dedup", "scoring", "textquery", "querysyntax", "labels", "progress",
         "validation", "selection", "version", "snippets", "pathglob"}
 FACE_PACKAGES = ("mcp", "evaluation", "ingest", "web", "adapters")
-FACE_MODULES = {"cli", "cli_options", "cli_common", "cli_index", "config", "mcp_server", "transfer",
-                "background", "watch"}
+FACE_MODULES = {"cli", "cli_options", "cli_common", "cli_index", "cli_progress", "cli_transfer", "config",
+                "mcp_server", "transfer", "background", "watch"}
 RANK = {"pure": 0, "storage": 1, "embedding": 1, "pipeline": 2, "core": 3, "api": 4, "face": 5}
 # Imports a layer may make, beyond its own layer and pure modules.
 ALLOWED = {

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -15,6 +14,7 @@ from typing import Any, TypeVar
 import click
 
 from .cli_options import FLAGS, Context
+from .cli_progress import progress_bar as progress_bar  # every command's feedback
 from .errors import HybridKBError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -38,8 +38,8 @@ def fail_with(message: str, kind: str = "error", *, as_json: bool | None = None,
     sys.exit(code)
 
 
-def _fail(message: str) -> None:
-    fail_with(message)
+def _fail(message: str, *, code: int = 1) -> None:
+    fail_with(message, code=code)
 
 
 def handle_errors(func: F) -> F:
@@ -54,6 +54,9 @@ def handle_errors(func: F) -> F:
             fail_with(str(exc), type(exc).__name__, as_json=as_json)
         except (OSError, UnicodeDecodeError) as exc:
             fail_with(str(exc), type(exc).__name__, as_json=as_json)
+        except KeyboardInterrupt:  # a job without a stopping point of its own: what committed stays
+            fail_with("interrupted (Ctrl-C); what was committed before stays", "KeyboardInterrupt",
+                      as_json=as_json, code=130)
 
     return wrapper  # type: ignore[return-value]
 
@@ -82,13 +85,6 @@ def emit(ctx: Context, data: Any, human: Callable[[], None]) -> None:
         click.echo(json.dumps(data, ensure_ascii=False, default=str))
     else:
         human()
-
-
-def progress_bar(total: int | None, desc: str) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="item", file=sys.stderr,
-                disable=not sys.stderr.isatty() and os.environ.get("HYBRIDKB_PROGRESS") != "1")
 
 
 pass_ctx = click.make_pass_decorator(Context)

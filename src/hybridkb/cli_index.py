@@ -6,13 +6,9 @@ Registered on the `hybridkb` group by cli.py; kept apart so the folder workflow
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -20,68 +16,44 @@ import click
 
 from .cli_common import emit, handle_errors, pass_ctx
 from .cli_options import Context
+from .cli_progress import ctrl_c_stops, on_worker, progress_bar
+from .errors import EmbeddingInterrupted
 from .store import KnowledgeBase
 from .validation import is_postgres_target
-
-
-@contextmanager
-def ctrl_c_stops() -> Iterator[Callable[[], bool]]:
-    """Ctrl-C asks the work to stop at its next file or batch (a second one stops at once).
-
-    A KeyboardInterrupt raised inside a database call would be reported as a failed write
-    (SQLite turns an exception in a Python function it calls into an error); a flag asked
-    between units of work keeps the interrupt clean.
-    """
-    asked = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield asked.is_set
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        if asked.is_set():
-            raise KeyboardInterrupt
-        asked.set()
-
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield asked.is_set
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-@contextmanager
-def work_bar(total: int | None, desc: str, unit: str) -> Iterator[Any]:
-    """A progress line on stderr with rate and ETA (tqdm), shown on a terminal or HYBRIDKB_PROGRESS=1."""
-    from tqdm import tqdm
-
-    with tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, smoothing=0.1,
-              disable=not sys.stderr.isatty() and os.environ.get("HYBRIDKB_PROGRESS") != "1") as bar:
-        yield bar
 
 
 def _rate(count: int, seconds: float) -> str:
     return f"{count / seconds:,.0f}/s" if seconds > 0 else "-"
 
 
-def embed_pending(kb: KnowledgeBase, *, batch_size: int = 256, quiet: bool = False) -> dict[str, Any]:
-    """Embed the queue in this process with a progress line; Ctrl-C keeps what is done."""
+EMBED_BATCH = 16  # vectors per transaction here: the bar moves, and Ctrl-C keeps, every 16 chunks
+
+
+def embed_pending(kb: KnowledgeBase, *, batch_size: int = EMBED_BATCH, quiet: bool = False) -> dict[str, Any]:
+    """Embed the queue in this process with a progress line. Ctrl-C stops within a second
+    (the model's run under way is ended, its batch dropped), keeps every committed batch
+    and says how many chunks still wait."""
     total = kb.awaiting_embedding()
     started = time.monotonic()
     done = 0
-    if total:
+    model = kb.embedder
+    if total and model is not None:
         def count(n: int) -> None:
             nonlocal done
             done += n
             bar.update(n)
 
-        try:
-            with ctrl_c_stops() as stop, work_bar(total, "embedding", "chunk") as bar:
-                kb.embed_pending(batch_size=batch_size, progress=count, stop=stop)
-                if stop():
-                    raise KeyboardInterrupt
-        except KeyboardInterrupt:
-            click.echo(f"embedding interrupted after {done} of {total}; the rest waits in the store "
-                       f"(`hybridkb embed` continues)", err=True)
+        with ctrl_c_stops(model.interrupt, "stopping: the batch in hand is dropped") as stop, \
+                progress_bar(total, "embedding", "chunk") as bar:
+            with suppress(EmbeddingInterrupted):  # what committed before stays; the count says
+                on_worker(lambda: kb.embed_pending(batch_size=batch_size, progress=count, stop=stop))
+            stopped = stop()
+        model.resume()
+        if stopped:
+            left = kb.awaiting_embedding()
+            click.echo(f"stopped: embedded {done} of {total} chunks; "
+                       + (f"{left} wait in the store (`hybridkb embed` continues)" if left
+                          else "none waits"), err=True)
             sys.exit(130)
     seconds = time.monotonic() - started
     left = kb.awaiting_embedding()
@@ -92,7 +64,7 @@ def embed_pending(kb: KnowledgeBase, *, batch_size: int = 256, quiet: bool = Fal
 
 
 @click.command(name="embed")
-@click.option("--batch-size", default=256, show_default=True, help="Items per transaction.")
+@click.option("--batch-size", default=EMBED_BATCH, show_default=True, help="Items per transaction.")
 @pass_ctx
 @handle_errors
 def embed(ctx: Context, batch_size: int) -> None:
@@ -124,16 +96,16 @@ def _run_index(ctx: Context, kb: KnowledgeBase, path: Path, corpus: str, options
     from .ingest import CorpusRootError, IndexInterrupted, index_folder
 
     try:
-        with ctrl_c_stops() as stop:
+        with ctrl_c_stops(message="stopping after the file in hand") as stop:
             return index_folder(kb, path, corpus, stop=stop,
-                                progress=lambda total, desc: work_bar(total, desc, "file"), **options)
+                                progress=lambda total, desc: progress_bar(total, desc, "file"), **options)
     except CorpusRootError as exc:
         interactive = sys.stdin.isatty() and sys.stderr.isatty() and not ctx.as_json
         if not interactive or not click.confirm(
                 f"corpus {corpus!r} mirrors {exc.old} ({exc.items} items). Replace it with {exc.new}?",
                 err=True):
             raise
-        return index_folder(kb, path, corpus, progress=lambda total, desc: work_bar(total, desc, "file"),
+        return index_folder(kb, path, corpus, progress=lambda total, desc: progress_bar(total, desc, "file"),
                             **{**options, "replace": True})
     except IndexInterrupted as stop:
         summary = stop.summary

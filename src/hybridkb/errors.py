@@ -36,3 +36,8 @@ class BackendUnavailableError(HybridKBError):
 
 class StoreError(HybridKBError):
     """The database refused or failed an operation (locked too long, corrupt, disk full)."""
+
+
+class EmbeddingInterrupted(HybridKBError):
+    """Embedding was asked to stop (`Embedder.interrupt()`, the CLI's Ctrl-C): the batch in
+    hand was dropped, never written; what was written before it stays."""

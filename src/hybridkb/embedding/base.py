@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from ..errors import EmbeddingInterrupted
 
 Vectors = npt.NDArray[np.float32]
 
@@ -35,10 +39,53 @@ class Embedder(ABC):
     def embed_batch(self, texts: Sequence[str]) -> Vectors:
         """Embed `texts` into an array of shape (len(texts), dim), rows L2-normalized."""
 
+    def interrupt(self) -> None:
+        """Ask embedding under way (on any thread) to stop soon: this and every later call
+        raises EmbeddingInterrupted until `resume()`. Checked between batches, and an
+        onnxruntime run under way (`run_onnx`) ends within milliseconds: a batch of long
+        chunks takes seconds on a busy machine."""
+        self._stopping().set()
+        for options in list(self.__dict__.get("_runs", ())):
+            options.terminate = True
+
+    def resume(self) -> None:
+        """Embed again after an `interrupt()`."""
+        self._stopping().clear()
+
+    def check_interrupt(self) -> None:
+        if self._stopping().is_set():
+            raise EmbeddingInterrupted("embedding was interrupted")
+
+    def run_onnx(self, session: Any, outputs: list[str] | None, feeds: dict[str, Any]) -> Any:
+        """`session.run(outputs, feeds)` that `interrupt()` can end."""
+        import onnxruntime as ort
+
+        options = ort.RunOptions()
+        runs: set[Any] = self.__dict__.setdefault("_runs", set())
+        runs.add(options)
+        try:
+            if self._stopping().is_set():  # asked between the last check and the registration
+                options.terminate = True
+            return session.run(outputs, feeds, options)
+        except Exception as exc:
+            if options.terminate:
+                raise EmbeddingInterrupted("embedding was interrupted") from exc
+            raise
+        finally:
+            runs.discard(options)
+
+    def _stopping(self) -> threading.Event:
+        event = self.__dict__.get("_stop_event")
+        if event is None:
+            event = self.__dict__.setdefault("_stop_event", threading.Event())
+        return event  # type: ignore[no-any-return]
+
     def embed_documents(self, texts: Sequence[str]) -> Vectors:
         texts = [self.clip(t) for t in texts]
-        out = [self.embed_batch(texts[i : i + self.batch_size])
-               for i in range(0, len(texts), self.batch_size)]
+        out = []
+        for i in range(0, len(texts), self.batch_size):
+            self.check_interrupt()
+            out.append(self.embed_batch(texts[i : i + self.batch_size]))
         if not out:
             return np.zeros((0, self.dim), dtype=np.float32)
         stacked: Vectors = np.vstack(out).astype(np.float32, copy=False)

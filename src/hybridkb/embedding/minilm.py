@@ -73,13 +73,13 @@ class MiniLMEmbedder(Embedder):
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for start in range(0, len(order), self.batch_size):
+            self.check_interrupt()
             idx = order[start : start + self.batch_size]
             enc = tokenizer.encode_batch([texts[i] for i in idx])
             ids = np.array([e.ids for e in enc], dtype=np.int64)
             mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
-            hidden = session.run(
-                None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-            )[0]
+            hidden = self.run_onnx(session, None, {"input_ids": ids, "attention_mask": mask,
+                                                   "token_type_ids": np.zeros_like(ids)})[0]
             weights = mask[..., None].astype(np.float32)
             pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
             out[idx] = normalize_rows(pooled)

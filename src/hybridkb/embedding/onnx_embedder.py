@@ -54,7 +54,7 @@ class OnnxEmbedder(Embedder):
 
     def _raw(self, texts: Sequence[str]) -> np.ndarray:
         encodings = self._tokenizer.encode_batch(list(texts))
-        (out,) = self._session.run([self._output], feeds(self._session, encodings))
+        (out,) = self.run_onnx(self._session, [self._output], feeds(self._session, encodings))
         out = np.asarray(out, dtype=np.float32)
         if out.ndim == 3:
             mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
