@@ -232,10 +232,12 @@ def evaluate(
         with _open(target, model, None) as kb:
             report.index_seconds = _index(kb, data, corpus, vectors.docs, progress)
         results: dict[RunSpec, RowResult] = {}
-        for bm25 in dict.fromkeys(s.bm25_weights for s in specs):
-            with _open(target, model, bm25) as kb:
-                for spec in (s for s in specs if s.bm25_weights == bm25):
-                    results[spec] = _run_row(kb, spec, queries, qrels, scopes, [corpus], o)
+        with progress(len(specs), f"searching ({len(queries)} queries a row)") as bar:
+            for bm25 in dict.fromkeys(s.bm25_weights for s in specs):
+                with _open(target, model, bm25) as kb:
+                    for spec in (s for s in specs if s.bm25_weights == bm25):
+                        results[spec] = _run_row(kb, spec, queries, qrels, scopes, [corpus], o)
+                        bar.update(1)
     report.rows = [results[s] for s in specs]
     return report
 
