@@ -266,11 +266,22 @@ def test_foreign_host_and_origin_are_refused(sqlite_kb: KnowledgeBase) -> None:
 
 # -- pages --------------------------------------------------------------------------------------
 
-def test_static_files(sqlite_kb: KnowledgeBase) -> None:
+def test_static_files_and_item_page_shell_hold_no_stored_text(sqlite_kb: KnowledgeBase) -> None:
+    evil = sqlite_kb.add("<script>alert(1)</script> & more", title="<b>bold</b>", corpus="wiki",
+                         metadata={"path": "docs/a.md", "start_line": 3, "team": "<i>core</i>"})
     with client_for(sqlite_kb) as c:
         assert "function renderHit" in c.get("/static/app.js").text
+        assert "function markdown" in c.get("/static/render.js").text
         assert c.get("/static/style.css").headers["content-type"].startswith("text/css")
         assert c.get("/static/../store.py").status_code == 404
+        icon = c.get("/favicon.ico")
+        assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
+        assert icon.text.startswith("<svg") and c.get("/static/favicon.svg").text == icon.text
+        # the item page is a shell its script fills from /api/items/ID: no stored value in it
+        page = c.get(f"/items/{evil}")
+        assert page.status_code == 200 and 'src="/static/item.js"' in page.text
+        assert "alert" not in page.text and "bold" not in page.text and "docs/a.md" not in page.text
+        assert page.text == c.get("/items/missing").text
 
 
 def test_openapi_describes_every_route() -> None:

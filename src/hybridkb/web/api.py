@@ -114,6 +114,7 @@ def search_args(request: Request) -> dict[str, Any]:
         "query": params.get("q", ""),
         "corpora": [c for c in params.getlist("corpus") if c] or None,
         "kinds": [k for k in params.getlist("kind") if k] or None,
+        "languages": [k for k in params.getlist("language") if k] or None,
         "path": params.get("path") or None,
         "filters": parsed,
         "mode": params.get("mode") or "hybrid",
@@ -121,6 +122,7 @@ def search_args(request: Request) -> dict[str, Any]:
         "limit": _int(request, "limit", 10),
         "offset": _int(request, "offset", 0),
         "with_text": _flag(request, "text"),
+        "facets": _flag(request, "facets"),
     }
 
 
@@ -155,10 +157,12 @@ def routes(service: Service) -> list[Route]:
                     raise InvalidInputError("give either corpus (one) or corpora (several), not both")
                 corpora = [body["corpus"]] if isinstance(body.get("corpus"), str) else body.get("corpora")
                 args = {"query": body.get("query"), "corpora": corpora, "kinds": body.get("kinds"),
+                        "languages": body.get("languages"),
                         "path": body.get("path"), "filters": body.get("filters"),
                         "mode": body.get("mode", "hybrid"), "fusion": body.get("fusion"),
                         "limit": body.get("limit", 10), "offset": body.get("offset", 0),
-                        "with_text": body.get("text", False) is True}
+                        "with_text": body.get("text", False) is True,
+                        "facets": body.get("facets", False) is True}
             else:
                 args = search_args(request)
         except HybridKBError as exc:
@@ -166,7 +170,11 @@ def routes(service: Service) -> list[Route]:
         return await _call(service.search, **args)
 
     async def get_item(request: Request) -> Response:
-        return await _call(service.get, request.path_params["item_id"])
+        try:
+            context = _int(request, "context", 0)
+        except HybridKBError as exc:
+            return error_response(exc)
+        return await _call(service.get, request.path_params["item_id"], context=context)
 
     async def delete_item(request: Request) -> Response:
         return await _call(service.delete, request.path_params["item_id"])

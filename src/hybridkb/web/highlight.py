@@ -1,4 +1,5 @@
-"""Where a query's terms occur in a snippet, as character spans the page wraps in <mark>. Pure.
+"""A hit's snippet for the page (its lines kept), and where the query's terms occur in it as
+character spans the page wraps in <mark>. Pure.
 
 The page gets spans, not HTML: it builds the marks with DOM text nodes, so no
 stored text is ever parsed as markup.
@@ -28,6 +29,29 @@ def term_spans(text: str, query: str, limit: int = 200) -> list[tuple[int, int]]
     """
     matches = snippets.term_matches(text, query_terms(query), limit, word=_WORD)
     return [(start, end) for start, end, _ in matches]
+
+
+SNIPPET_CHARS = 240
+SNIPPET_LINES = 8  # a file chunk's window
+NOTE_LINES = 6  # an item of several lines without a place in a file
+LINE_CHARS = 200
+
+
+def hit_snippet(text: str, query: str, start_line: int | None) -> tuple[str, int | None]:
+    """The part of `text` to show, its line breaks kept, and the file line it starts at.
+
+    A chunk of a file (its first line known) shows its best lines, numbered from that line;
+    other text of several lines its best lines without numbers; one long line a window of
+    about SNIPPET_CHARS characters.
+    """
+    if start_line is not None:
+        shown = snippets.best_lines(text, query, first_line=start_line, max_lines=SNIPPET_LINES,
+                                    max_width=LINE_CHARS)
+        return "\n".join(shown.lines), shown.first
+    if "\n" in text.strip():
+        shown = snippets.best_lines(text, query, max_lines=NOTE_LINES, max_width=LINE_CHARS)
+        return "\n".join(shown.lines), None
+    return snippets.snippet(text, query, SNIPPET_CHARS), None
 
 
 def location(metadata: dict[str, Any]) -> str | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..version import package_version
+from .context import MAX_AROUND
+from .facets import FACET_POOL
 from .service import MAX_LIMIT
 
 _ERROR = {"$ref": "#/components/responses/Error"}
@@ -24,7 +26,9 @@ _HIT = {
         "source": {"type": "string", "description": "Source label, e.g. [wiki: Page Title]."},
         "source_url": {"type": ["string", "null"]},
         "location": {"type": ["string", "null"], "description": "path:line when the item records them."},
-        "snippet": {"type": "string"},
+        "snippet": {"type": "string", "description": "The best part of the text, its line breaks kept."},
+        "snippet_line": {"type": ["integer", "null"],
+                         "description": "The file line the snippet starts at (items from files)."},
         "highlights": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}},
                        "description": "[start, end) character spans of query terms in the snippet."},
         "found_by": {"type": "array", "items": {"type": "string"}},
@@ -34,6 +38,7 @@ _HIT = {
             "retrievers": {"type": "object", "additionalProperties": {"type": "object", "properties": {
                 "rank": {"type": "integer"}, "score": {"type": "number"}}}},
             "fusion_score": {"type": "number"},
+            "relevance": {"type": "number", "description": "The score before boosts, in [0, 1]."},
             "boosts": {"type": "object", "additionalProperties": {"type": "number"}},
             "final_score": {"type": "number"}}},
     },
@@ -46,6 +51,12 @@ _SEARCH_RESULT = {
         "answered_by": {"type": "string", "description": "hybrid, fts, vector, substring or none."},
         "notes": {"type": "array", "items": {"type": "string"}},
         "hits": {"type": "array", "items": {"$ref": "#/components/schemas/Hit"}},
+        "facets": {
+            "type": "object", "description": "With facets=true: counts over the first "
+            f"{FACET_POOL} hits (the candidate pool) by corpus, kind, language and folder.",
+            "additionalProperties": {"type": "array", "items": {"type": "object", "properties": {
+                "value": {"type": "string"}, "count": {"type": "integer"}}}}},
+        "facet_pool": {"type": "integer", "description": "How many hits the facets count."},
     },
 }
 
@@ -74,10 +85,12 @@ _SEARCH_IN: dict[str, Any] = {
         "query": {"type": "string"}, "corpus": {"type": "string"},
         "corpora": {"type": "array", "items": {"type": "string"}},
         "kinds": {"type": "array", "items": {"type": "string"}},
+        "languages": {"type": "array", "items": {"type": "string"}},
         "path": {"type": "string"}, "filters": _OBJ,
         "mode": {"enum": ["hybrid", "fts", "vector"]}, "fusion": {"enum": ["rrf", "convex", "dbsf"]},
         "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
-        "offset": {"type": "integer", "minimum": 0}, "text": {"type": "boolean"}},
+        "offset": {"type": "integer", "minimum": 0}, "text": {"type": "boolean"},
+        "facets": {"type": "boolean", "description": "Add facet counts over the candidate pool."}},
 }
 
 # What each body may name: the REST API refuses any other field (api.strict).
@@ -92,6 +105,9 @@ _SEARCH_PARAMS = [
      "style": "form", "explode": True, "description": "Only these corpora (repeat the parameter)."},
     {"name": "kind", "in": "query", "schema": {"type": "array", "items": {"type": "string"}},
      "style": "form", "explode": True, "description": "Only items of these kinds."},
+    {"name": "language", "in": "query", "schema": {"type": "array", "items": {"type": "string"}},
+     "style": "form", "explode": True,
+     "description": "Only items whose metadata.language is one of these (as `index` records it)."},
     {"name": "path", "in": "query", "schema": {"type": "string"},
      "description": "Only items whose metadata.path is this file path."},
     {"name": "filters", "in": "query", "schema": {"type": "string"},
@@ -101,6 +117,8 @@ _SEARCH_PARAMS = [
     {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}},
     {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
     {"name": "text", "in": "query", "schema": {"type": "boolean"}, "description": "Include full text."},
+    {"name": "facets", "in": "query", "schema": {"type": "boolean"},
+     "description": f"Add facet counts over the first {FACET_POOL} hits."},
 ]
 
 _ID = [{"name": "item_id", "in": "path", "required": True, "schema": {"type": "string"}}]
@@ -122,7 +140,12 @@ def openapi_document(*, read_only: bool = False) -> dict[str, Any]:
         },
         "/api/items/{item_id}": {
             "get": {"operationId": "getItem", "summary": "One item with its full text",
-                    "parameters": _ID,
+                    "parameters": [*_ID, {
+                        "name": "context", "in": "query",
+                        "schema": {"type": "integer", "minimum": 0, "maximum": MAX_AROUND},
+                        "description": "Add `context`: this many lines before and after the item in "
+                                       "its file (read from the indexed file when unchanged, else "
+                                       "pieced from its neighbouring chunks), or null."}],
                     "responses": {"200": _json(_OBJ, "The item"), "401": _ERROR, "404": _ERROR}},
         },
         "/api/stats": {"get": {"operationId": "stats", "summary": "Counts, model, version",

@@ -1,9 +1,11 @@
-"""The search page at / and the item page at /items/ID: static shells whose script fetches
-their data from /api with the bearer token (see `auth`), so no page holds stored data.
+"""The search page at / and the item pages at /items/ID: static shells whose scripts read the
+JSON twins (/api/search, /api/items/ID) with the bearer token (see `auth`), so no page
+holds stored data; as Datasette's pages are thin over their JSON.
 
-No front-end build step: the pages, their script and their style are package data.
-The script puts stored text only into DOM text nodes; the Content-Security-Policy lets
-only this origin's script run, so stored text cannot inject markup or script.
+No front-end build step: the pages, scripts, style and icon are package data. The scripts
+put stored text only into DOM text nodes (static/render.js builds them, a safe Markdown
+subset included); the Content-Security-Policy lets only this origin's script run, so
+stored text cannot inject markup or script.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from starlette.routing import Route
 from .auth import COOKIE
 from .service import Service
 
-_STATIC_TYPES = {"app.js": "text/javascript", "style.css": "text/css"}
+_STATIC_TYPES = {"app.js": "text/javascript", "item.js": "text/javascript",
+                 "render.js": "text/javascript", "style.css": "text/css",
+                 "favicon.svg": "image/svg+xml"}
 # Only this origin's own files; no inline script, no framing, no address leaking onward.
 SECURITY_HEADERS = {
     "content-security-policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
@@ -27,6 +31,8 @@ SECURITY_HEADERS = {
     "x-content-type-options": "nosniff",
     "cache-control": "no-store",
 }
+# Package files: a new version's show at once (revalidated), never sniffed as another type.
+_STATIC_HEADERS = {"x-content-type-options": "nosniff", "cache-control": "no-cache"}
 
 
 def _package_text(*parts: str) -> str:
@@ -49,13 +55,18 @@ def routes(service: Service) -> list[Route]:
         if name not in _STATIC_TYPES:
             return Response("not found", status_code=404, media_type="text/plain")
         return Response(_package_text("static", name), media_type=_STATIC_TYPES[name],
-                        headers={"x-content-type-options": "nosniff"})
+                        headers=_STATIC_HEADERS)
+
+    async def favicon(request: Request) -> Response:
+        return Response(_package_text("static", "favicon.svg"), media_type="image/svg+xml",
+                        headers=_STATIC_HEADERS)
 
     async def item(request: Request) -> Response:
-        return _shell(request, "templates", "item.html")
+        return _shell(request, "static", "item.html")
 
     return [
         Route("/", index, methods=["GET"]),
         Route("/static/{name}", static, methods=["GET"]),
+        Route("/favicon.ico", favicon, methods=["GET"]),
         Route("/items/{item_id:path}", item, methods=["GET"]),
     ]

@@ -14,11 +14,11 @@ from ..fusion import DEFAULT_FUSION
 from ..labels import source_label
 from ..model import Hit, Item, SearchResult, iso
 from ..selection import check_client_corpus
-from ..snippets import snippet
 from ..store import MEMORY_CORPUS, KnowledgeBase
-from .highlight import location, term_spans
+from .context import MAX_AROUND, item_context
+from .facets import FACET_POOL, facet_counts
+from .highlight import hit_snippet, location, term_spans
 
-SNIPPET_CHARS = 240
 MAX_LIMIT = 100
 
 
@@ -26,16 +26,14 @@ class ReadOnlyError(InvalidInputError):
     """A write asked of a server started with --read-only."""
 
 
-def _snippet(text: str, query: str) -> str:
-    return snippet(text, query, SNIPPET_CHARS)
-
-
 def hit_json(hit: Hit, query: str, *, with_text: bool = False) -> dict[str, Any]:
-    """A hit as the API returns it: compact, with its snippet marks, `path:line` and explanation."""
+    """A hit as the API returns it: compact, with its snippet (lines kept; `snippet_line` is the
+    file line it starts at), the snippet's marks, `path:line` and explanation."""
     data = hit.to_dict(explain=True)
     text = data.pop("text")
-    cut = _snippet(text, query)
+    cut, first_line = hit_snippet(text, query, hit.start_line if hit.path else None)
     data["snippet"] = cut
+    data["snippet_line"] = first_line
     data["highlights"] = [list(span) for span in term_spans(cut, query)]
     data["location"] = location(hit.metadata)
     if with_text:
@@ -89,16 +87,17 @@ class Service:
     # -- reads --------------------------------------------------------------------------------
 
     def search(self, query: str, *, corpora: list[str] | None = None, kinds: list[str] | None = None,
-               path: str | None = None, filters: Mapping[str, Any] | None = None, mode: str = "hybrid",
+               languages: list[str] | None = None, path: str | None = None,
+               filters: Mapping[str, Any] | None = None, mode: str = "hybrid",
                fusion: str | None = None, limit: int = 10, offset: int = 0,
-               with_text: bool = False) -> dict[str, Any]:
+               with_text: bool = False, facets: bool = False) -> dict[str, Any]:
         if not isinstance(query, str):
             raise InvalidInputError("query must be a string")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
             raise InvalidInputError(f"limit must be an integer from 1 to {MAX_LIMIT}")
         if filters is not None and not isinstance(filters, Mapping):
             raise InvalidInputError("filters must be a JSON object")
-        for name, value in (("corpora", corpora), ("kinds", kinds)):
+        for name, value in (("corpora", corpora), ("kinds", kinds), ("languages", languages)):
             if value is not None and (not isinstance(value, list)
                                       or not all(isinstance(v, str) for v in value)):
                 raise InvalidInputError(f"{name} must be a list of strings")
@@ -109,28 +108,45 @@ class Service:
             if "kind" in merged or "kinds" in merged:
                 raise InvalidInputError("give kinds either as a parameter or inside filters, not both")
             merged["kind"] = kinds
+        if languages:
+            if "language" in merged or "languages" in merged:
+                raise InvalidInputError("give languages either as a parameter or inside filters, "
+                                        "not both")
+            merged["language"] = languages
         if path:
             if "path" in merged or "paths" in merged:
                 raise InvalidInputError("give path either as a parameter or inside filters, not both")
             merged["path"] = path
         names = self._search_corpora(corpora)
+        # With facets, one search fetches the pool they count over and the page is cut from it.
+        pool = max(FACET_POOL, offset + limit) if facets else limit
         if names == []:
             result = SearchResult(hits=[], answered_by="none", mode=mode, query=query,
                                   notes=["none of the requested corpora has any items yet"])
         else:
             result = self.kb.search(query, corpora=names, filters=merged or None, mode=mode,
-                                    fusion=fusion, limit=limit, offset=offset)
-        return {
+                                    fusion=fusion, limit=pool, offset=0 if facets else offset)
+        hits = result.hits[offset:offset + limit] if facets else result.hits
+        data: dict[str, Any] = {
             "query": result.query, "mode": result.mode, "fusion": fusion or DEFAULT_FUSION,
             "answered_by": result.answered_by, "notes": list(result.notes),
-            "hits": [hit_json(h, query, with_text=with_text) for h in result.hits],
+            "hits": [hit_json(h, query, with_text=with_text) for h in hits],
         }
+        if facets:
+            data["facets"] = facet_counts(result.hits)
+            data["facet_pool"] = len(result.hits)
+        return data
 
-    def get(self, item_id: str) -> dict[str, Any]:
+    def get(self, item_id: str, *, context: int = 0) -> dict[str, Any]:
+        """The item; with `context` > 0 also that many lines around it in its file."""
+        if isinstance(context, bool) or not isinstance(context, int) or not 0 <= context <= MAX_AROUND:
+            raise InvalidInputError(f"context must be an integer from 0 to {MAX_AROUND}")
         item = self.kb.get(item_id)
         if not self._visible(item.corpus):
             raise NotFoundError(f"no item with id {item_id!r}")
         data = item_json(item)
+        if context:
+            data["context"] = item_context(self.kb, item, context)
         data["source"] = source_label(corpus=item.corpus, kind=item.kind, title=item.title,
                                       item_id=item_id, metadata=item.metadata,
                                       template=self.kb.label_templates().get(item.corpus))

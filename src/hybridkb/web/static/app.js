@@ -1,12 +1,11 @@
-// The search page and the item page: thin clients of /api. Text from the store only ever
-// goes into text nodes (never innerHTML), so stored content cannot inject markup.
+// The search page (and, with item.js, the item page): thin clients of /api; render.js builds
+// the DOM (stored text only ever goes into text nodes, never innerHTML).
 //
 // The token: read once from ?token= (then dropped from the address), kept in this origin's
 // localStorage (no other port's page can read it) and sent as `Authorization: Bearer` on
 // each fetch. No cookie is sent: a browser gives cookies to every port of a host.
 "use strict";
 
-const $ = (id) => document.getElementById(id);
 const TOKEN_KEY = "hybridkb_token";
 
 function takeToken() {
@@ -46,56 +45,71 @@ function jsonLink(link) {
   return link;
 }
 
-function el(tag, attrs, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs || {})) {
-    if (v !== null && v !== undefined) node.setAttribute(k, v);
+const FIELDS = ["q", "corpus", "kind", "language", "path", "mode"];
+const FACET_FIELDS = {corpus: "corpus", kind: "kind", language: "language", folder: "path"};
+
+// -- one hit ---------------------------------------------------------------------------------
+
+// The title a hit is known by: a file chunk's symbol or heading (its path goes to `path:line`),
+// else its title, else its text's first words. `withLoc`: whether `path:line` follows apart.
+function hitTitle(hit) {
+  const meta = hit.metadata || {};
+  if (hit.path) {
+    const name = meta.symbol || meta.heading;
+    if (typeof name === "string" && name) return {text: name.replaceAll(" > ", " › "), withLoc: true};
+    return {text: hit.location || hit.path, withLoc: false};
   }
-  for (const child of children) {
-    if (child === null || child === undefined) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-  return node;
+  if (hit.title) return {text: hit.title, withLoc: Boolean(hit.location)};
+  const flat = hit.snippet.replace(/^…/, "").replace(/\s+/g, " ").trim();
+  const words = flat.split(" ").slice(0, 9).join(" ");
+  return {text: words.length < flat.length ? words + " …" : words, withLoc: Boolean(hit.location)};
 }
 
-function marked(text, spans) {
-  const out = document.createDocumentFragment();
-  let at = 0;
-  for (const [start, end] of spans) {
-    if (start < at) continue;
-    out.append(document.createTextNode(text.slice(at, start)));
-    out.append(el("mark", {}, text.slice(start, end)));
-    at = end;
+function hitSnippet(hit) {
+  const spans = hit.highlights || [];
+  const meta = hit.metadata || {};
+  if (typeof hit.snippet_line === "number" && !isMarkdown(meta, hit.path)) {
+    return el("div", {"class": "snippet code"}, codeLines(hit.snippet, spans, hit.snippet_line, null));
   }
-  out.append(document.createTextNode(text.slice(at)));
-  return out;
+  const box = el("div", {"class": "snippet md"});
+  box.append(markdown(hit.snippet, spans, 3));
+  return box;
 }
 
-function num(x, digits) { return typeof x === "number" ? x.toFixed(digits) : "-"; }
-function raw(x) { return typeof x === "number" ? Number(x.toPrecision(4)).toString() : "-"; }
-
-function shortTitle(hit) {
-  if (hit.title) return hit.title;
-  const words = hit.snippet.replace(/^…/, "").split(" ").slice(0, 8).join(" ");
-  return words.length < hit.snippet.length ? words + " …" : words;
-}
-
+// Each step of the hit's explanation, in the order the API gives them, so the numbers
+// can be followed: retrievers -> fusion -> (calibration) -> relevance -> boosts -> final.
 function explainTable(hit, fusion) {
   const ex = hit.explanation || {};
-  const rows = [el("tr", {}, el("th", {}, "step"), el("th", {}, "rank"), el("th", {}, "score"))];
-  for (const [name, r] of Object.entries(ex.retrievers || {}).sort()) {
-    rows.push(el("tr", {"class": "retriever", "data-retriever": name},
-      el("td", {}, name), el("td", {}, "#" + r.rank), el("td", {}, raw(r.score))));
+  const row = (cls, step, how, value) => el("tr", {"class": cls}, el("td", {}, step),
+    el("td", {"class": "how"}, how), el("td", {"class": "num"}, value));
+  const rows = [el("tr", {}, el("th", {}, "step"), el("th", {}, "how"), el("th", {}, "value"))];
+  let product = 1;
+  for (const [key, value] of Object.entries(ex)) {
+    if (key === "retrievers") {
+      for (const [name, r] of Object.entries(value || {}).sort()) {
+        rows.push(row("retriever", name, "rank #" + r.rank + " · raw score " + raw(r.score), ""));
+      }
+    } else if (key === "fusion_score") {
+      rows.push(row("fusion", "fusion (" + fusion + ")", "the retrievers' scores combined", fixed(value, 4)));
+    } else if (key === "relevance") {
+      rows.push(row("relevance", "relevance", "the score before boosts, in [0, 1]", fixed(value, 4)));
+    } else if (key === "boosts") {
+      const boosts = Object.entries(value || {});
+      if (!boosts.length) rows.push(row("boost", "boosts", "none apply", "×1"));
+      for (const [name, factor] of boosts) {
+        product *= factor;
+        rows.push(row("boost", "boost: " + name, "a factor", "×" + fixed(factor, 3)));
+      }
+    } else if (key === "final_score") {
+      const how = product === 1 ? "the relevance" : "relevance ^ (1 / " + fixed(product, 3) + ")";
+      rows.push(row("final", "final score", how, fixed(value, 4)));
+    } else if (value && typeof value === "object") {
+      const parts = Object.entries(value).map(([k, v]) => k + " " + (typeof v === "number" ? raw(v) : v));
+      if (parts.length) rows.push(row("step", key, parts.join(" · "), ""));
+    } else if (typeof value === "number") {
+      rows.push(row("step", key.replaceAll("_", " "), "", fixed(value, 4)));
+    }
   }
-  rows.push(el("tr", {"class": "fusion"}, el("td", {}, "fusion (" + fusion + ")"), el("td", {}, ""),
-    el("td", {}, num(ex.fusion_score, 5))));
-  const boosts = Object.entries(ex.boosts || {});
-  for (const [name, factor] of boosts) {
-    rows.push(el("tr", {"class": "boost"}, el("td", {}, "boost: " + name), el("td", {}, ""),
-      el("td", {}, "×" + num(factor, 3))));
-  }
-  if (!boosts.length) rows.push(el("tr", {"class": "boost"}, el("td", {}, "boosts"), el("td", {}, ""), el("td", {}, "none")));
-  rows.push(el("tr", {"class": "final"}, el("td", {}, "final"), el("td", {}, ""), el("td", {}, num(ex.final_score, 5))));
   return el("table", {"class": "explain"}, ...rows);
 }
 
@@ -106,38 +120,161 @@ function renderHit(hit, fusion) {
     details.hidden = !details.hidden;
     toggle.textContent = details.hidden ? "explain" : "hide explanation";
   });
-  const title = el("a", {"class": "title", href: "/items/" + encodeURIComponent(hit.id)},
-    shortTitle(hit));
-  return el("li", {"class": "hit", "data-id": hit.id},
-    el("div", {}, title, el("span", {"class": "source"}, hit.source),
-      hit.location ? el("span", {"class": "loc"}, hit.location) : null),
-    el("div", {"class": "snippet"}, marked(hit.snippet, hit.highlights || [])),
-    el("div", {"class": "meta"}, el("span", {}, "score " + num(hit.score, 5)),
-      el("span", {}, "found by " + (hit.found_by || []).join(" + ")),
-      el("span", {}, hit.corpus + (hit.kind ? " · " + hit.kind : "")), toggle),
+  const title = hitTitle(hit);
+  const head = el("div", {"class": "head"},
+    el("a", {"class": "title", href: "/items/" + encodeURIComponent(hit.id), title: hit.source}, title.text),
+    el("span", {"class": "tag"}, shortLabel(hit)),
+    title.withLoc && hit.location ? el("span", {"class": "loc"}, hit.location) : null,
+    el("span", {"class": "score", title: "relevance in [0, 1] after boosts"}, fixed(hit.score, 2)));
+  const alternates = (hit.alternate_sources || []).map((a) => a.source || a.id);
+  return el("li", {"class": "hit", "data-id": hit.id}, head, hitSnippet(hit),
+    el("div", {"class": "meta"}, el("span", {}, "found by " + (hit.found_by || []).join(" + ")),
+      alternates.length ? el("span", {}, "also in " + alternates.join(", ")) : null, toggle),
     details);
 }
 
-async function search(push) {
+// -- the result around the hits -----------------------------------------------------------
+
+function confidenceBanner(data) {
+  if (!data.hits.length) {
+    return el("div", {"class": "banner none", id: "confidence"}, "Nothing found for this query.");
+  }
+  if (data.confidence === "none") {
+    return el("div", {"class": "banner none", id: "confidence"},
+      el("strong", {}, "No confident match. "),
+      "Nothing here looks like an answer; these are the nearest items the store holds.");
+  }
+  if (data.confidence === "low") {
+    return el("div", {"class": "banner low", id: "confidence"},
+      el("strong", {}, "Weak matches only. "), "Check the hits before relying on them.");
+  }
+  return null;
+}
+
+function renderFacets(data) {
+  const aside = $("facets");
+  aside.replaceChildren();
+  for (const [facet, field] of Object.entries(FACET_FIELDS)) {
+    const current = $(field).value;
+    const values = (data.facets || {})[facet] || [];
+    if (!values.length && !current) continue;
+    const list = el("ul");
+    const shown = values.some((v) => v.value === current) || !current ? values
+      : [{value: current, count: 0}, ...values];
+    for (const {value, count} of shown) {
+      const active = value === current;
+      const button = el("button", {type: "button", "class": "facet-value" + (active ? " active" : ""),
+        "data-facet": facet, "data-value": value, "aria-pressed": active ? "true" : "false",
+        title: active ? "remove this filter" : "only " + value},
+        el("span", {"class": "fv"}, value), el("span", {"class": "count"}, active ? "×" : String(count)));
+      button.addEventListener("click", () => {
+        $(field).value = active ? "" : value;
+        search(true);
+      });
+      list.append(el("li", {}, button));
+    }
+    aside.append(el("section", {"class": "facet", "data-facet": facet}, el("h3", {}, facet), list));
+  }
+  if (aside.childElementCount && data.facet_pool !== undefined) {
+    aside.append(el("p", {"class": "muted small"}, "counts over the first " + data.facet_pool + " hits"));
+  }
+}
+
+function renderStatus(data, params) {
+  const pool = data.facet_pool;
+  const count = pool !== undefined && pool > data.hits.length
+    ? data.hits.length + " of " + (pool >= 100 ? "100+" : pool) + " hits" : data.hits.length + " hits";
+  const notes = data.notes.length ? " · " + data.notes.join("; ") : "";
+  $("status").replaceChildren(count + " · answered by " + data.answered_by + notes + " · ",
+    jsonLink(el("a", {href: "/api/search?" + params.toString(), id: "as-json"}, "JSON")));
+}
+
+// -- keyboard: / focuses the search box, j/k or the arrows move between hits, Enter opens --
+
+let selected = -1;
+
+function hitNodes() { return Array.from(document.querySelectorAll("#hits > li.hit")); }
+
+function selectHit(i) {
+  const nodes = hitNodes();
+  if (!nodes.length) return;
+  selected = Math.max(0, Math.min(nodes.length - 1, i));
+  nodes.forEach((node, j) => node.classList.toggle("selected", j === selected));
+  const link = nodes[selected].querySelector("a.title");
+  link.focus({preventScroll: true});
+  nodes[selected].scrollIntoView({block: "nearest"});
+}
+
+function onKey(event) {
+  if (event.ctrlKey || event.metaKey || event.altKey) return;
+  const target = event.target;
+  const typing = target.matches && target.matches("input, select, textarea");
+  if (typing) {
+    if (target.id === "q" && event.key === "ArrowDown" && hitNodes().length) {
+      event.preventDefault();
+      selectHit(0);
+    } else if (event.key === "Escape") {
+      target.blur();
+    }
+    return;
+  }
+  if (event.key === "/") {
+    event.preventDefault();
+    $("q").focus();
+    $("q").select();
+  } else if (event.key === "j" || event.key === "ArrowDown") {
+    event.preventDefault();
+    selectHit(selected + 1);
+  } else if (event.key === "k" || event.key === "ArrowUp") {
+    event.preventDefault();
+    selectHit(selected - 1);
+  } else if (event.key === "Enter" && selected >= 0 && !target.matches("a, button")) {
+    event.preventDefault();
+    hitNodes()[selected].querySelector("a.title").click();
+  }
+}
+
+// -- talking to the API ------------------------------------------------------------------------
+
+function searchParams() {
   const params = new URLSearchParams();
   params.set("q", $("q").value);
-  for (const name of ["corpus", "kind", "path", "mode"]) {
+  for (const name of FIELDS.slice(1)) {
     if ($(name).value) params.set(name, $(name).value);
   }
+  return params;
+}
+
+async function search(push) {
+  const params = searchParams();
   if (push) history.replaceState(null, "", "/?" + params.toString());
+  params.set("facets", "true");
   $("status").textContent = "searching…";
   const response = await api("/api/search?" + params.toString());
   const data = await response.json();
   const list = $("hits");
   list.replaceChildren();
+  selected = -1;
+  $("banner").replaceChildren();
   if (!response.ok) {
     $("status").textContent = "error: " + ((data.error || {}).message || response.status);
+    $("facets").replaceChildren();
+    shown();
     return;
   }
-  const notes = data.notes.length ? " · " + data.notes.join("; ") : "";
-  $("status").replaceChildren(data.hits.length + " hits · answered by " + data.answered_by + notes + " · ",
-    jsonLink(el("a", {href: "/api/search?" + params.toString(), id: "as-json"}, "JSON")));
+  renderStatus(data, params);
+  const banner = confidenceBanner(data);
+  if (banner) $("banner").append(banner);
+  renderFacets(data);
   for (const hit of data.hits) list.append(renderHit(hit, data.fusion));
+  shown();
+}
+
+// How many answers the list has shown: a test waits for the next one by selector (the
+// page's CSP leaves it no eval to poll with).
+function shown() {
+  const list = $("hits");
+  list.dataset.searches = String(Number(list.dataset.searches || 0) + 1);
 }
 
 async function loadCorpora() {
@@ -151,43 +288,12 @@ async function loadCorpora() {
   $("store").textContent = total + " items" + (data.vector_search ? "" : " · full text only");
 }
 
-const ITEM_FIELDS = ["id", "corpus", "kind", "scope", "repo", "namespace", "source_url", "created_at",
-  "updated_at", "expires_at", "access_count"];
-
-async function showItem() {
-  const id = decodeURIComponent(location.pathname.slice("/items/".length));
-  const path = "/api/items/" + encodeURIComponent(id);
-  jsonLink($("as-json")).setAttribute("href", path);
-  $("back").addEventListener("click", (event) => {
-    if (history.length > 1) { event.preventDefault(); history.back(); }
-  });
-  const response = await api(path);
-  if (response.status === 401) return;
-  const data = await response.json();
-  if (!response.ok) {
-    $("status").textContent = (data.error || {}).message || "error " + response.status;
-    return;
-  }
-  document.title = (data.title || data.id) + " · hybridkb";
-  $("item-title").textContent = data.title || data.id;
-  $("item-source").textContent = data.source || "";
-  $("item-loc").textContent = data.location || "";
-  for (const key of ITEM_FIELDS) {
-    const value = data[key];
-    if (value === null || value === undefined || value === "") continue;
-    $("item-fields").append(el("dt", {}, key), el("dd", {}, String(value)));
-  }
-  if (data.metadata && Object.keys(data.metadata).length) {
-    $("item-fields").append(el("dt", {}, "metadata"), el("dd", {}, el("code", {}, JSON.stringify(data.metadata))));
-  }
-  $("item-text").textContent = data.text;
-}
-
 async function showSearch() {
   $("search").addEventListener("submit", (event) => { event.preventDefault(); search(true); });
+  document.addEventListener("keydown", onKey);
   await loadCorpora();
   const params = new URLSearchParams(location.search);
-  for (const name of ["q", "corpus", "kind", "path", "mode"]) {
+  for (const name of FIELDS) {
     if (params.get(name)) $(name).value = params.get(name);
   }
   if (params.get("q")) search(false);
@@ -196,5 +302,5 @@ async function showSearch() {
 document.addEventListener("DOMContentLoaded", async () => {
   takeToken();
   if (!localStorage.getItem(TOKEN_KEY)) { showLogin(); return; }
-  if ($("item-text")) await showItem(); else await showSearch();
+  if ($("item-text")) await showItem(); else await showSearch();  // showItem: item.js
 });
