@@ -98,7 +98,10 @@ function render(item) {
   $("item").hidden = false;
   $("status").textContent = "";
   const own = document.querySelector("#item-body .line.own");
-  if (own) own.scrollIntoView({block: "center"});
+  if (own) {  // the item's first line a few lines below the top of its box
+    const box = own.parentElement;
+    box.scrollTop += own.getBoundingClientRect().top - box.getBoundingClientRect().top - 3 * own.offsetHeight;
+  }
 }
 
 function onItemKey(event) {
