@@ -244,6 +244,12 @@ def test_internal_item_fields_are_refused_by_name(open_server: TestClient, kb: K
     assert kb.count() == 1
 
 
+def test_search_query_string_refuses_unknown_parameters(open_server: TestClient) -> None:
+    r = open_server.get("/api/search", params={"q": "x", "colour": "red", "depth": "4"}, headers=AUTH)
+    assert r.status_code == 400
+    assert "colour" in r.json()["error"]["message"] and "depth" in r.json()["error"]["message"]
+
+
 def test_every_body_refuses_unknown_fields(open_server: TestClient, kb: KnowledgeBase) -> None:
     for path, body in (("/api/items", {"text": "x", "colour": "red", "access_count": 3}),
                        ("/api/remember", {"text": "x", "colour": "red", "stale": True}),

@@ -25,7 +25,7 @@ from ..errors import (
 )
 from . import jsonbody
 from .auth import error
-from .openapi import ITEM_FIELDS, REMEMBER_FIELDS, SEARCH_FIELDS, openapi_document
+from .openapi import ITEM_FIELDS, REMEMBER_FIELDS, SEARCH_FIELDS, SEARCH_PARAMS, openapi_document
 from .service import ReadOnlyError, Service
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -108,6 +108,10 @@ def _flag(request: Request, name: str) -> bool:
 def search_args(request: Request) -> dict[str, Any]:
     """GET /api/search's query string as Service.search arguments."""
     params = request.query_params
+    unknown = set(params.keys()) - SEARCH_PARAMS
+    if unknown:
+        raise InvalidInputError(f"unknown parameter(s): {', '.join(sorted(unknown))}; search takes "
+                                f"{', '.join(sorted(SEARCH_PARAMS))}")
     filters = params.get("filters")
     parsed = jsonbody.parse(filters, "filters") if filters else None
     return {

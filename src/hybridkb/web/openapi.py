@@ -98,7 +98,7 @@ ITEM_FIELDS = frozenset(_ITEM_IN["properties"])
 REMEMBER_FIELDS = frozenset(_REMEMBER_IN["properties"])
 SEARCH_FIELDS = frozenset(_SEARCH_IN["properties"])
 
-_SEARCH_PARAMS = [
+_SEARCH_PARAMS: list[dict[str, Any]] = [
     {"name": "q", "in": "query", "required": True, "schema": {"type": "string"},
      "description": "The query: words, identifiers or a question."},
     {"name": "corpus", "in": "query", "schema": {"type": "array", "items": {"type": "string"}},
@@ -120,6 +120,8 @@ _SEARCH_PARAMS = [
     {"name": "facets", "in": "query", "schema": {"type": "boolean"},
      "description": f"Add facet counts over the first {FACET_POOL} hits."},
 ]
+
+SEARCH_PARAMS = frozenset(p["name"] for p in _SEARCH_PARAMS)
 
 _ID = [{"name": "item_id", "in": "path", "required": True, "schema": {"type": "string"}}]
 
