@@ -318,6 +318,19 @@ def test_facets_count_and_filter_on_click(page: Any, server: tuple[str, dict[str
     assert places and all(p.startswith("docs/storage.md") for p in places), places
 
 
+def test_more_hits_extends_the_page(page: Any, server: tuple[str, dict[str, str]]) -> None:
+    base, _ = server
+    page.goto(base + "/?q=local+storage+sqlite&limit=3")
+    _settled(page, 1)
+    sync_api.expect(page.locator("li.hit")).to_have_count(3)
+    pool = page.locator("#facets section.facet[data-facet='corpus'] .count").all_inner_texts()
+    assert page.inner_text("#status").startswith(f"3 of {sum(map(int, pool))} hits")
+    page.click("#more")
+    _settled(page, 2)
+    sync_api.expect(page.locator("li.hit")).to_have_count(sum(map(int, pool)))
+    assert "limit=13" in page.url and page.locator("#more").count() == 0
+
+
 def test_no_confident_match_shows_a_banner(page: Any) -> None:
     def with_confidence(route: Any) -> None:
         # the real answer, with the confidence a search that finds nothing relevant reports

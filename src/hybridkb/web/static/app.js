@@ -56,7 +56,7 @@ function hitTitle(hit) {
   const meta = hit.metadata || {};
   if (hit.path) {
     const name = meta.symbol || meta.heading;
-    if (typeof name === "string" && name) return {text: name.replaceAll(" > ", " › "), withLoc: true};
+    if (typeof name === "string" && name) return {text: headingText(name), withLoc: true};
     return {text: hit.location || hit.path, withLoc: false};
   }
   if (hit.title) return {text: hit.title, withLoc: Boolean(hit.location)};
@@ -169,6 +169,7 @@ function renderFacets(data) {
         el("span", {"class": "fv"}, value), el("span", {"class": "count"}, active ? "×" : String(count)));
       button.addEventListener("click", () => {
         $(field).value = active ? "" : value;
+        pageLimit = PAGE;
         search(true);
       });
       list.append(el("li", {}, button));
@@ -236,13 +237,28 @@ function onKey(event) {
 
 // -- talking to the API ------------------------------------------------------------------------
 
+const PAGE = 10, MAX_PAGE = 100;
+let pageLimit = PAGE;  // grows by PAGE with each "more hits"; a new search starts again
+
 function searchParams() {
   const params = new URLSearchParams();
   params.set("q", $("q").value);
   for (const name of FIELDS.slice(1)) {
     if ($(name).value) params.set(name, $(name).value);
   }
+  if (pageLimit !== PAGE) params.set("limit", String(pageLimit));
   return params;
+}
+
+function moreButton(data) {
+  const more = data.facet_pool !== undefined && data.facet_pool > data.hits.length && pageLimit < MAX_PAGE;
+  if (!more) return null;
+  const button = el("button", {type: "button", "class": "more", id: "more"}, "more hits");
+  button.addEventListener("click", () => {
+    pageLimit = Math.min(MAX_PAGE, pageLimit + PAGE);
+    search(true);
+  });
+  return button;
 }
 
 async function search(push) {
@@ -267,6 +283,7 @@ async function search(push) {
   if (banner) $("banner").append(banner);
   renderFacets(data);
   for (const hit of data.hits) list.append(renderHit(hit, data.fusion));
+  $("more-box").replaceChildren(...[moreButton(data)].filter(Boolean));
   shown();
 }
 
@@ -289,10 +306,16 @@ async function loadCorpora() {
 }
 
 async function showSearch() {
-  $("search").addEventListener("submit", (event) => { event.preventDefault(); search(true); });
+  $("search").addEventListener("submit", (event) => {
+    event.preventDefault();
+    pageLimit = PAGE;
+    search(true);
+  });
   document.addEventListener("keydown", onKey);
   await loadCorpora();
   const params = new URLSearchParams(location.search);
+  const limit = Number(params.get("limit"));
+  if (Number.isInteger(limit) && limit >= 1 && limit <= MAX_PAGE) pageLimit = limit;
   for (const name of FIELDS) {
     if (params.get(name)) $(name).value = params.get(name);
   }

@@ -39,7 +39,7 @@ function sourceLink(url) {
 function itemTitle(item) {
   const meta = item.metadata || {};
   const name = meta.symbol || meta.heading;
-  if (meta.path && typeof name === "string" && name) return name.replaceAll(" > ", " › ");
+  if (meta.path && typeof name === "string" && name) return headingText(name);
   return item.title || item.location || item.id;
 }
 

@@ -228,6 +228,11 @@ function shortLabel(hit) {
   return parts.join(" · ");
 }
 
+// A heading path as a title: "Guide > `min_score`" -> "Guide › min_score" (code marks dropped).
+function headingText(heading) {
+  return heading.replaceAll(" > ", " › ").replace(/`([^`]+)`/g, "$1");
+}
+
 function isMarkdown(metadata, path) {
   const language = (metadata || {}).language;
   if (language) return language === "markdown";
