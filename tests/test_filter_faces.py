@@ -200,6 +200,8 @@ def test_unknown_kinds_and_languages_are_errors_with_a_guess(kb: KnowledgeBase, 
     assert kb.search("marker words", filters={"kind": "lesson"}).hits == []
     assert len(kb.search("marker words", filters={"language": ["pyhton", "markdown"]}).hits) == 2
     assert kb.search("zzzqqq", mode="fts", filters={"language": "python"}).hits == []
+    # corpora without any indexed file: a language filter finds nothing, it is no typo
+    assert kb.search("marker words", corpus="memory", filters={"language": "pyhton"}).hits == []
 
 
 @pytest.mark.parametrize(("face", "run"), [
@@ -233,3 +235,15 @@ def test_unknown_values_on_the_rest_api(db: Path) -> None:
                 assert got.status_code == 400 and message in got.text
     finally:
         kb.close()
+
+
+def test_the_query_syntax_reads_paths_kinds_and_languages_alike(kb: KnowledgeBase, work: Path) -> None:
+    """`path:`, `kind:` and `language:` written in the query mean what the filters mean."""
+    seeded(kb, work)
+    for pattern, expected in cases(work)[:7]:
+        result = kb.search(f"marker words path:{pattern}", mode="fts", limit=20)
+        assert sorted(str(h.path) for h in result.hits) == expected, pattern
+    with pytest.raises(InvalidFilterError, match=r"unknown kind 'decisoin' \(did you mean 'decision'\?\)"):
+        kb.search("marker words kind:decisoin")
+    with pytest.raises(InvalidFilterError, match="unknown language 'pyhton'"):
+        kb.search("marker words language:pyhton")

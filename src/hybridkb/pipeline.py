@@ -150,16 +150,21 @@ class Reranker(Protocol):
     def score(self, query: str, texts: Sequence[str]) -> list[float]: ...
 
 
+Placer = Callable[[Filters, Sequence[str]], tuple[Filters, list[str]]]
+
+
 def run(
     plan: SearchPlan, backend: Backend, *, corpora: Sequence[str], now: float,
     embed_query: QueryEmbedder | None, labels: dict[str, str] | None = None,
-    notes: Sequence[str] = (), rerank: Reranker | None = None,
+    notes: Sequence[str] = (), rerank: Reranker | None = None, place: Placer | None = None,
 ) -> SearchResult:
     """Execute a validated plan over `corpora` (already resolved by the caller). What the
-    store notes meanwhile (an index that could not answer as it should) joins `notes`."""
+    store notes meanwhile (an index that could not answer as it should) joins `notes`.
+    `place(filters, corpora)` reads the filters (the query's own `path:` and such joined in)
+    against the store before the retrievers run (store_filters.py)."""
     with notices.collecting() as noted:
         result = _run(plan, backend, corpora=corpora, now=now, embed_query=embed_query,
-                      labels=labels, notes=notes, rerank=rerank)
+                      labels=labels, notes=notes, rerank=rerank, place=place)
     result.notes.extend(n for n in noted if n not in result.notes)
     return result
 
@@ -167,7 +172,7 @@ def run(
 def _run(
     plan: SearchPlan, backend: Backend, *, corpora: Sequence[str], now: float,
     embed_query: QueryEmbedder | None, labels: dict[str, str] | None, notes: Sequence[str],
-    rerank: Reranker | None,
+    rerank: Reranker | None, place: Placer | None,
 ) -> SearchResult:
     labels = labels or {}
     result_notes = list(notes)
@@ -179,6 +184,8 @@ def _run(
         result_notes.append(f"query cut to its {plan.max_terms} most selective terms")
     filters, corpora, narrowed = parsed.narrow(plan.filters, corpora)
     result_notes.extend(narrowed)
+    if place is not None:
+        filters, corpora = place(filters, corpora)
     use_fts = plan.mode in ("hybrid", "fts")
     use_vec = plan.mode in ("hybrid", "vector") and embed_query is not None and parsed.embed_text.strip()
     qvec = embed_query(parsed.embed_text) if use_vec and embed_query is not None else None

@@ -418,17 +418,16 @@ class KnowledgeBase:
         plan.validate()
         with getattr(self.backend, "pinned_reads", nullcontext)():  # SQLite: one change check
             names = selection.resolve_corpora(self.corpora(), selection.pick_corpora(corpus, corpora))
-            where, names = store_filters.placed(plan.filters, names, self.corpus_settings)
-            plan = dc_replace(plan, filters=where)
+            reading = store_filters.Reading(self.corpus_settings, self.backend.value_counts)
             notes: list[str] = []
             embed = self._query_embedder(mode, notes)
             if embed is not None and self.backend.ids_missing_vectors(1):
                 notes.append(f"{self.awaiting_embedding()} item(s) awaiting embedding: found by full "
                              f"text only until embedded (`hybridkb embed`)")
             result = pipeline.run(plan, self.backend, corpora=names, now=now_ts(), embed_query=embed,
-                                  labels=self.label_templates(), notes=notes, rerank=self.reranker)
-            if not result.hits:  # a typo in a kind or language finds nothing: say so
-                store_filters.check_known(plan.filters, lambda key: self.backend.value_counts(key, names))
+                                  labels=self.label_templates(), notes=notes, rerank=self.reranker,
+                                  place=reading.place)
+            reading.check(result.hits)  # a typo in a kind or language finds nothing: say so
         if touch and result.hits:
             self.backend.touch([h.id for h in result.hits], now_ts())
         return result

@@ -9,8 +9,9 @@ so one reading holds for all of them:
   every pattern is placed so, the search covers only those corpora. Any other pattern is
   read relative to the indexed folders (a folder, a glob, a bare file name at any depth).
 - a kind or language no item of the searched corpora has is an error with the closest
-  known values, as an unknown corpus is: asked only once a search found nothing, so a
-  search that finds something pays nothing for it.
+  known values, as an unknown corpus is (where they hold any language at all; a kind is
+  known when stored or one of model.KNOWN_KINDS): asked only once a search found nothing,
+  so a search that finds something pays nothing for it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,26 @@ from typing import Any
 from . import pathglob
 from .errors import InvalidFilterError
 from .model import KNOWN_KINDS, Filters
+
+
+class Reading:
+    """One search's filters read against the store: `place` (pipeline.run calls it once the
+    query's own `path:`, `kind:`... joined them), then `check` with the hits found.
+    `settings(corpus)` gives a corpus's settings, `counts(key, corpora)` its values' counts."""
+
+    def __init__(self, settings: Callable[[str], Mapping[str, Any]],
+                 counts: Callable[[str, Sequence[str]], Mapping[str, int]]) -> None:
+        self.settings, self.counts = settings, counts
+        self.filters: Filters | None = None
+        self.corpora: list[str] = []
+
+    def place(self, filters: Filters, names: Sequence[str]) -> tuple[Filters, list[str]]:
+        self.filters, self.corpora = placed(filters, names, self.settings)
+        return self.filters, self.corpora
+
+    def check(self, hits: Sequence[object]) -> None:
+        if not hits and self.filters is not None:
+            check_known(self.filters, lambda key: self.counts(key, self.corpora))
 
 
 def placed(filters: Filters, names: Sequence[str], settings: Callable[[str], Mapping[str, Any]],
@@ -70,13 +91,11 @@ def check_known(filters: Filters, counts: Callable[[str], Mapping[str, int]]) ->
 def _known(key: str, asked: Iterable[str], known: Sequence[str]) -> None:
     values = set(known)
     unknown = [v for v in dict.fromkeys(asked) if v not in values]
-    if not unknown or len(unknown) < len(set(asked)):
-        return
+    if not values or not unknown or len(unknown) < len(set(asked)):
+        return  # nothing to compare with (no indexed file yet), or one value is known
     guesses = [g for v in unknown for g in difflib.get_close_matches(v, sorted(values), n=2, cutoff=0.6)]
     asked_text = ", ".join(map(repr, unknown))
     hint = f" (did you mean {' or '.join(map(repr, dict.fromkeys(guesses)))}?)" if guesses else ""
     listed = sorted(values)
     more = f" (and {len(listed) - 20} more)" if len(listed) > 20 else ""
-    known_text = f"; known: {', '.join(listed[:20])}{more}" if listed else \
-        f"; no searched item has a {key}"
-    raise InvalidFilterError(f"unknown {key} {asked_text}{hint}{known_text}")
+    raise InvalidFilterError(f"unknown {key} {asked_text}{hint}; known: {', '.join(listed[:20])}{more}")
