@@ -158,3 +158,37 @@ def test_hit_headers_fit_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert "› … > Publishing public scoped packages" in file_head and file_head.endswith("…")
     memo = next(h for h in heads if "[memory: decision]" in h)
     assert "(d-xxxx" in memo and memo.endswith("…")
+
+
+@pytest.mark.parametrize(("args", "kind", "code"), [
+    (["--json", "get", "missing"], "NotFoundError", 1),
+    (["search", "x", "--corpus", "nope", "--json"], "NotFoundError", 1),
+    (["search", "x", "--language", "pyhton", "--json"], None, 0),  # no language stored: no typo
+    (["--json", "search", "x", "--filter", "{bad"], "InvalidInputError", 1),
+    (["search", "x", "--json", "--mode", "psychic"], "BadParameter", 2),
+    (["--json", "search"], "MissingParameter", 2),
+    (["--json", "nosuch"], "NoSuchCommand", 2),
+    (["--json", "stats", "--db", "MISSING"], "NotFoundError", 1),
+    (["--json", "index", "/no/such/folder", "--corpus", "c"], "BadParameter", 2),
+    (["--json", "--no-embedder", "embed"], "UsageError", 2),
+    (["eval", "--json", "--dataset", "/no/such/set"], "BadParameter", 2),
+    (["--json", "add", "   "], "InvalidInputError", 1),
+    (["stats", "--json", "--config", "BAD"], "InvalidInputError", 1),
+])
+def test_json_errors_are_one_object_on_stdout(run, tmp_path: Path, args: list[str], kind: str | None,
+                                              code: int) -> None:  # type: ignore[no-untyped-def]
+    """Under --json (before or after the command) every error, the library's and click's,
+    is one JSON object on stdout with a non-zero exit and nothing on stderr."""
+    run("add", "something", "--id", "s")
+    (tmp_path / "bad.toml").write_text("colour = 1\n")
+    args = [str(tmp_path / "missing.db") if a == "MISSING" else str(tmp_path / "bad.toml") if a == "BAD"
+            else a for a in args]
+    if "--config" in args:  # a group option: it goes before the command
+        at = args.index("--config")
+        args = [args[at], args[at + 1], *args[:at], *args[at + 2:]]
+    result = run(*args, ok=False)
+    assert result.exit_code == code, result.output
+    out = json.loads(result.stdout)
+    assert isinstance(out, dict) and result.stderr == ""
+    if kind is not None:
+        assert out["type"] == kind and out["error"], out

@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from . import cli_index, cli_transfer
-from .cli_common import JsonErrorsGroup, _fail, emit, handle_errors, pass_ctx, progress_bar
+from .cli_common import JsonErrorsGroup, _fail, emit, fail_with, handle_errors, pass_ctx, progress_bar
 from .cli_options import Context, add_global_options, global_options, require_store
 from .cli_progress import ctrl_c_stops, on_worker
 from .errors import EmbeddingInterrupted, HybridKBError, InvalidInputError
@@ -40,7 +40,7 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
     try:
         ctx.obj = Context.start(ctx, config_path)
     except HybridKBError as exc:
-        _fail(str(exc))
+        fail_with(str(exc), type(exc).__name__)
     ctx.call_on_close(ctx.obj.close)
 
 

@@ -24,7 +24,9 @@ def json_mode(args: Sequence[str] = ()) -> bool:
     """Whether this command prints JSON: --json seen by the parser (or in `args`, for an error
     the parser raised before it got that far)."""
     ctx = click.get_current_context(silent=True)
-    flagged = ctx is not None and bool(ctx.find_root().meta.get(FLAGS, {}).get("as_json"))
+    root = ctx.find_root() if ctx is not None else None
+    flagged = root is not None and (bool(root.meta.get(FLAGS, {}).get("as_json"))
+                                    or getattr(root.command, "json_args", False))
     return flagged or "--json" in args
 
 
@@ -67,6 +69,7 @@ class JsonErrorsGroup(click.Group):
 
     def main(self, args: Sequence[str] | None = None, *rest: Any, **options: Any) -> Any:
         argv = list(sys.argv[1:] if args is None else args)
+        self.json_args = "--json" in argv  # seen before the parser gets to a later --json
         if not json_mode(argv):
             return super().main(argv, *rest, **options)
         try:
