@@ -331,23 +331,25 @@ def test_more_hits_extends_the_page(page: Any, server: tuple[str, dict[str, str]
     assert "limit=13" in page.url and page.locator("#more").count() == 0
 
 
-def test_no_confident_match_shows_a_banner(page: Any) -> None:
-    def with_confidence(route: Any) -> None:
-        # the real answer, with the confidence a search that finds nothing relevant reports
+@pytest.mark.parametrize("confidence, banner", [
+    ("none", "No confident match"), ("low", "Weak matches only"), ("high", None), (None, None)])
+def test_the_confidence_of_a_result_shows_as_a_banner(page: Any, confidence: str | None,
+                                                      banner: str | None) -> None:
+    def answer(route: Any) -> None:
+        # the real answer, with the confidence under test (None: an answer without the field)
         response = route.fetch()
         data = response.json()
-        data.setdefault("confidence", "none")
+        data.pop("confidence", None)
+        if confidence is not None:
+            data["confidence"] = confidence
         route.fulfill(response=response, body=json.dumps(data))
 
-    page.route(re.compile(r".*/api/search\?.*"), with_confidence)
-    _search(page, "zebra quantum banana")
-    banner = page.locator("#confidence")
-    assert banner.is_visible() and "No confident match" in banner.inner_text()
-    page.unroute(re.compile(r".*/api/search\?.*"))
-    if "confidence" not in page.request.get(page.url.split("/?")[0] + "/api/search?q=sqlite",
-                                            headers=AUTH).json():
-        _search(page, "local storage sqlite")  # no confidence field: no banner
+    page.route(re.compile(r".*/api/search\?.*"), answer)
+    assert _search(page, "local storage sqlite").count() > 0
+    if banner is None:
         assert page.locator("#confidence").count() == 0
+    else:
+        assert page.locator("#confidence").is_visible() and banner in page.inner_text("#confidence")
 
 
 def test_keyboard_moves_between_hits_and_opens_one(page: Any, server: tuple[str, dict[str, str]]) -> None:
