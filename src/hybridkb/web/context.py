@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..ingest.walk import Unindexable, load
+from ..ingest.walk import MAX_FILE_BYTES, Unindexable, load
 from ..model import Item
 from ..store import KnowledgeBase
 
@@ -44,8 +44,8 @@ def _file_lines(kb: KnowledgeBase, item: Item, path: str) -> list[str] | None:
         full = (base / path).resolve() if base.is_dir() else base
         if base.is_dir() and not full.is_relative_to(base):
             return None
-        if not full.is_file():
-            return None
+        if not full.is_file() or full.stat().st_size > MAX_FILE_BYTES:
+            return None  # grown past what index reads: not the indexed file, and not read whole
         loaded = load(full)
     except (OSError, ValueError, Unindexable):
         return None
