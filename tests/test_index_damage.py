@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import pytest
 
 import hybridkb
 from hybridkb import HashingEmbedder, KnowledgeBase
+from hybridkb.storage.indexes import verify
 
 DIM = 64
 N = 2400
@@ -208,3 +210,18 @@ def test_the_cli_reports_and_repairs_without_a_traceback(store: Path, damage: st
     assert repaired.returncode == 0 and "ok: no problems found" in repaired.stdout, repaired
     for out in (checked, repaired):
         assert "Traceback" not in out.stderr and "panicked" not in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("damage", ["matrix rows rolled", "rowids rolled", "corpus 8 KB", "matrix truncated"])
+def test_damage_under_an_open_vector_base_is_seen_before_the_next_search(store: Path, damage: str) -> None:
+    """A file of the open generation rewritten or cut short: the next search stats the mapped
+    files, finds one changed, opens the generation again (its checksums fail) and rebuilds
+    it, instead of answering from the changed map (or dying of SIGBUS on a cut one)."""
+    kb = open_kb(store)
+    assert kb.search(text_of(5), mode="vector", corpus="c").ids[:1] == ["it5"]
+    DAMAGES[damage](store)
+    time.sleep(verify.RECHECK_S)  # the mapped files are looked at again at most this often
+    notes = answers_right(kb)
+    assert any("vector index is damaged" in n and "rebuilt" in n for n in notes), notes
+    assert kb.check()["ok"]
+    kb.close()

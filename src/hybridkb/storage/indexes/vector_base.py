@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,7 @@ Vector = npt.NDArray[np.float32]
 RowIds = npt.NDArray[np.int64]
 
 FORMAT = 2
+MAPPED = ("rowids.i64", "matrix.f32", "corpus.i32", "expires.f64", "stale.u8", "codes.u64", "ann.usearch")
 MEASURED = "measured-{}.json"  # a later measurement of a generation's passes (remeasure)
 _AT = "@"  # a published generation's name: its folder, then "@K" once measured again
 # Below this many vectors a base keeps no first pass: an exact scan of the mapped matrix is
@@ -126,6 +128,8 @@ class VectorBase:
     asked: int = 0
     asked_through: int = 0
     measurement: int = 0  # which measured-K.json overlays meta.json (0: none)
+    stamps: verify.Stamps = ()  # the mapped files as opened (unchanged(): before searches)
+    _rechecked: float = 0.0
 
     @property
     def incomplete(self) -> bool:
@@ -220,7 +224,18 @@ class VectorBase:
                    asked=int(meta.get("asked", {}).get("count", 0)),
                    asked_through=int(meta.get("asked", {}).get("through", 0)),
                    measurement=measurement, first_pass=_first_pass(meta, graph=ann is not None and graph_ok,
-                                          codes=codes is not None and rescore is not None))
+                                          codes=codes is not None and rescore is not None),
+                   stamps=verify.stamps(folder, MAPPED))
+
+    def unchanged(self) -> bool:
+        """Whether the mapped files are the ones opened (looked at again at most every
+        verify.RECHECK_S): a file rewritten or cut short under the map would answer wrong,
+        or end the process with SIGBUS."""
+        now = time.monotonic()
+        if now - self._rechecked < verify.RECHECK_S:
+            return True
+        self._rechecked = now
+        return verify.same(self.stamps)
 
     def __len__(self) -> int:
         return len(self.rowids)

@@ -233,6 +233,8 @@ class VectorIndexSync:
             return None
         if row == self._bad_key:
             return None
+        if row == self._base_key and self._base is not None and not self._base.unchanged():
+            self._base_key = None  # a file changed under its map: opened (and checked) again
         if row != self._base_key:
             try:
                 self._base, self._base_key = self._open(row), row
