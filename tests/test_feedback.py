@@ -100,3 +100,22 @@ def test_ctrl_c_during_embedding_stops_within_a_second(tmp_path: Path) -> None:
         waiting = kb.awaiting_embedding()
     assert total == queued and done + waiting == total and waiting > 0
     assert (f"{waiting} wait in the store" in stopped) if waiting else stopped.endswith("none waits")
+
+
+def test_import_off_a_terminal_says_count_rate_and_eta(tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from hybridkb.cli import cli
+
+    source = tmp_path / "items.jsonl"
+    source.write_text("".join(json.dumps({"id": f"n{i}", "text": f"note {i} about queue {i % 97}"}) + "\n"
+                              for i in range(4000)))
+    result = CliRunner().invoke(cli, ["--db", str(tmp_path / "kb.db"), "--embedder", "hashing-64",
+                                      "import", str(source)],
+                                env={"HYBRIDKB_PROGRESS": "", "HYBRIDKB_PROGRESS_EVERY": "0.02"})
+    assert result.exit_code == 0, result.output
+    lines = [x for x in result.stderr.splitlines() if x.startswith("importing: ")]
+    assert lines and all("/4,000 items (" in x and "/s, " in x for x in lines), result.stderr
+    assert any("ETA" in x for x in lines)

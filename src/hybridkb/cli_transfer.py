@@ -35,7 +35,7 @@ def import_(ctx: Context, file: Path, corpus: str | None, batch_size: int, skip_
 
     kb = ctx.kb()
     kb.embed_mode = "defer"  # text first; the vectors follow below, with their own progress line
-    with progress_bar(None, "importing") as bar:
+    with progress_bar(_lines(file), "importing") as bar:
         report = transfer.import_file(kb, file, batch_size=batch_size, skip_bad=skip_bad,
                                       corpus=corpus, progress=bar.update)
     embedded = cli_index.embed_pending(kb, quiet=ctx.as_json) if kb.awaiting_embedding() else {}
@@ -125,6 +125,19 @@ def migrate(ctx: Context, target: str, batch_size: int, no_vectors: bool) -> Non
     emit(ctx, {"migrated": report.imported, "target": dest.target, "target_items": count,
                "notes": report.notes},
          lambda: click.echo(f"migrated {report.imported} items to {dest.target}"))
+
+
+def _lines(file: Path) -> int | None:
+    """The file's non-blank lines, about its records (a rate needs no total, an ETA does);
+    None when it cannot be read (the import says why)."""
+    import gzip
+
+    opener: Any = gzip.open if file.suffix == ".gz" else open
+    try:
+        with opener(file, "rb") as handle:
+            return sum(1 for line in handle if line.strip()) or None
+    except (OSError, EOFError):
+        return None
 
 
 def register(group: click.Group) -> None:
