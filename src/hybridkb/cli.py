@@ -177,8 +177,9 @@ def format_hits(result: SearchResult, explain: bool, *, ansi: bool = False,
 @click.option("--corpus", "corpora", multiple=True, help="Search this corpus (repeatable).")
 @click.option("--kind", "kinds", multiple=True, help="Only items of this kind (repeatable).")
 @click.option("--path", "paths", multiple=True, metavar="GLOB",
-              help="Only indexed files matching this glob or under this folder, e.g. "
-                   "'src/**/*.py', 'docs/' (repeatable).")
+              help="Only indexed files matching this glob, under this folder, or of this name "
+                   "at any depth, e.g. 'src/**/*.py', 'src/pkg/', 'cors.py'; a path as hits print "
+                   "it (from here) or absolute works too (repeatable).")
 @click.option("--language", "languages", multiple=True, help="Only indexed files of this language "
               "(python, markdown...; repeatable).")
 @click.option("--filter", "filter_json", help='Filters as JSON, e.g. {"metadata": {"team": "x"}}.')

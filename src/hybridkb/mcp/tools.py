@@ -162,8 +162,9 @@ class Tools:
             "hybrid (default: full text + vectors), fts (exact words and identifiers), "
             "vector (meaning only)."))] = "hybrid",
         path: Annotated[str | list[str] | None, Field(description=(
-            "Only hits from indexed files matching this glob or under this folder, e.g. "
-            "'src/**/*.py', 'docs/', '*.md' (or a list: any of them)."))] = None,
+            "Only hits from indexed files matching this glob, under this folder, or of this "
+            "name at any depth, e.g. 'src/**/*.py', 'src/pkg/', '*.md', 'cors.py'; an absolute "
+            "path inside an indexed folder works too (or a list: any of them)."))] = None,
         language: Annotated[str | list[str] | None, Field(description=(
             "Only hits from indexed files of this language: python, markdown, typescript..."))] = None,
         merge: Annotated[Literal["relevance", "rrf"], Field(description=(

@@ -109,7 +109,9 @@ _SEARCH_PARAMS: list[dict[str, Any]] = [
      "style": "form", "explode": True,
      "description": "Only items whose metadata.language is one of these (as `index` records it)."},
     {"name": "path", "in": "query", "schema": {"type": "string"},
-     "description": "Only items whose metadata.path is this file path."},
+     "description": "Only items from indexed files matching this path filter: a glob "
+                    "('src/**/*.py'), a folder ('src/pkg/'), a name at any depth ('cors.py') or "
+                    "an absolute path inside an indexed folder."},
     {"name": "filters", "in": "query", "schema": {"type": "string"},
      "description": "More filters as a JSON object (scope, repo, namespace, metadata, created_after...)."},
     {"name": "mode", "in": "query", "schema": {"enum": ["hybrid", "fts", "vector"]}},
