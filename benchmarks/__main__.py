@@ -82,6 +82,8 @@ def parser() -> argparse.ArgumentParser:
                    help="BLAS threads for numpy (both hybridkb's matrix and the baseline); "
                         "default 1: on a shared 2-core machine a threaded matrix-vector "
                         "product waits on busy cores; 0 keeps the library default")
+    p.add_argument("--no-peers", action="store_true",
+                   help="skip LanceDB and Chroma (measured when installed: pip install 'hybridkb[bench]')")
     p.add_argument("--no-whatif", action="store_true",
                    help="skip re-measuring hybrid with a faster dedup and an in-memory BM25")
     return p
@@ -106,6 +108,7 @@ def options_from(args: argparse.Namespace) -> Options:
         profile=not args.no_profile,
         serve=not args.no_serve,
         whatif=not args.no_whatif,
+        peers=not args.no_peers,
     )
 
 

@@ -100,6 +100,9 @@ def other_table(size: dict[str, Any]) -> list[str]:
                      f"{emb['items_per_s']:.1f} items/s | {emb['baseline_items_per_s']:.1f} items/s "
                      f"(the model alone) | {emb['ratio']:.2f}x |")
     sz = size["size"]
+    if "footprint_bytes" in sz:
+        lines.append(f"| whole footprint (db + wal + derived indexes) | "
+                     f"{sz['footprint_bytes'] / 2**20:,.1f} MiB | - | - |")
     lines.append(f"| store size (db + wal) | {sz['db_plus_wal_bytes'] / 2**20:,.1f} MiB "
                  f"({sz['bytes_per_item']:,.0f} B/item) | {sz['baseline_bytes'] / 2**20:,.1f} MiB "
                  f"(raw text + float32 vectors) | {sz['ratio']:.2f}x |")
@@ -127,6 +130,39 @@ def other_table(size: dict[str, Any]) -> list[str]:
                      f"({ing['graph_build_vectors_per_s']:,.0f} vectors/s) | - | - |")
     lines.append(f"| peak RSS of the benchmark process | {size['rss']['process_peak_mb']:,.0f} MB "
                  f"| - | - |")
+    return lines
+
+
+def peers_table(size: dict[str, Any]) -> list[str]:
+    """hybridkb beside LanceDB and Chroma (peers.py), one column each, from one loop."""
+    peers = size.get("peers")
+    if not peers:
+        return []
+    names = [n for n in ("hybridkb", "lancedb", "chroma") if n in peers]
+    labels = {"hybridkb": "hybridkb", "lancedb": f"LanceDB {peers.get('lancedb', {}).get('version', '')}",
+              "chroma": f"Chroma {peers.get('chroma', {}).get('version', '')}"}
+
+    def cell(name: str, key: str, fmt: Any) -> str:
+        fig = peers[name].get(key)
+        return "-" if fig is None else fmt(fig)
+
+    def p50(fig: Any) -> str:
+        return f"{_ms(fig['p50_ms'])} ms"
+
+    rows = [("FTS p50", lambda n: cell(n, "fts", p50)),
+            ("vector p50", lambda n: cell(n, "vector", p50)),
+            ("vector recall@10 (vs exact)", lambda n: cell(n, "vector_recall@10", lambda v: f"{v:.3f}")),
+            ("hybrid p50", lambda n: cell(n, "hybrid", p50)),
+            ("ingest, vectors given (until searchable)",
+             lambda n: f"{peers[n]['items_per_s']:,.0f} items/s ({peers[n]['ingest_s']:.0f} s)"),
+            ("first FTS search right after the load",
+             lambda n: cell(n, "first_fts_s", lambda v: f"{v:.3f} s")),
+            ("disk (everything the engine keeps)",
+             lambda n: f"{peers[n]['disk_bytes'] / 1e6:,.0f} MB")]
+    lines = ["| " + f"{size['items']:,} items" + " | " + " | ".join(labels[n] for n in names) + " |",
+             "|---|" + "---:|" * len(names)]
+    lines += [f"| {label} | " + " | ".join(fn(n) for n in names) + " |" for label, fn in rows]
+    lines += ["", f"{peers['queries']} queries, {peers['note']}."]
     return lines
 
 
@@ -250,6 +286,9 @@ def markdown(results: dict[str, Any]) -> str:
         lines += [f"### {size['items']:,} items", "",
                   f"Load average at start: {la[0]:.1f} (machine shared with other jobs).", ""]
         lines += [*latency_table(size), "", *other_table(size), ""]
+        peers = peers_table(size)
+        if peers:
+            lines += ["Beside the stores users would pick instead (same run):", "", *peers, ""]
     stage = stage_table(results["sizes"])
     if stage:
         lines += ["### Where a search spends its time", "", *stage, ""]

@@ -20,10 +20,11 @@ import hybridkb
 from hybridkb.embedding import Embedder, get_embedder
 from hybridkb.evaluation.cache import EmbeddingCache
 from hybridkb.model import Filters, now_ts
+from hybridkb.storage import codec
 from hybridkb.storage.contract import SearchArea
 from hybridkb.storage.sqlite import driver as sqlite_driver
 
-from . import stages, whatif
+from . import peers, stages, whatif
 from .baselines import BM25Baseline, NumpyExact
 from .data import CORPUS, DEFAULT_DATASETS, BenchData, item_texts, item_vectors, load_data, make_items
 from .engines import BareTantivy, BareVectors, Fts5Path
@@ -59,6 +60,7 @@ class Options:
     profile: bool = True
     serve: bool = True  # the fresh-process serving measurement (cold query, RSS)
     whatif: bool = True  # re-measure hybrid with a faster dedup and an in-memory BM25
+    peers: bool = True  # LanceDB and Chroma beside hybridkb, when installed (peers.py)
 
 
 def machine() -> dict[str, Any]:
@@ -150,6 +152,7 @@ def run_size(options: Options, data: BenchData, model: Embedder, n: int, log: Lo
         else:
             _, graph_s = clock(backend._vectors.build_now, dim)
         files_open = store_files(store)
+        index_bytes = peers.folder_bytes(Path(f"{store}.idx"))
     finally:
         kb.close()
     log("previous path: FTS5 table of the same texts")
@@ -174,6 +177,8 @@ def run_size(options: Options, data: BenchData, model: Embedder, n: int, log: Lo
         "db_bytes": files_open["db"], "wal_bytes": files_open["wal"],
         "db_plus_wal_bytes": files_open["db"] + files_open["wal"],
         "db_bytes_after_close": files_closed["db"],
+        "index_bytes": index_bytes,
+        "footprint_bytes": files_open["db"] + files_open["wal"] + index_bytes,
         "bytes_per_item": round((files_open["db"] + files_open["wal"]) / n, 1),
         "baseline": "raw payload: UTF-8 title+text plus float32 vectors",
         "baseline_bytes": payload,
@@ -190,6 +195,16 @@ def run_size(options: Options, data: BenchData, model: Embedder, n: int, log: Lo
         out["cold"] = _cold(options, kb, store, vec0, data, n)
         log(f"queries: {len(data.queries)} per mode after {options.warmup} warm-up")
         out["latency"], floor = _latency(options, kb, embedder, data, bm25, exact, fts5, ids)
+        if options.peers and peers.available():
+            log(f"peers in the same run: {', '.join(peers.available())}")
+            positions = {r: k for k, r in enumerate(_rowids(kb.backend._conn, ids))}
+            area = SearchArea(None, Filters(), now_ts())
+            out["peers"] = peers.measure(
+                options.workdir, kb, texts, vectors, data.queries, data.query_vectors, exact,
+                lambda q: [positions[r] for r, _ in kb.backend.vector_search(q, area, options.limit)],
+                limit=options.limit, warmup=options.warmup, hybridkb_ingest_s=ingest_s,
+                hybridkb_first_fts_s=text_ready_s, hybridkb_bytes=out["size"]["footprint_bytes"],
+                log=log)
         log("searches right after a write (an agent's remember, then recall)")
         out["after_write"] = _after_write(options, kb, data)
         if options.whatif:
@@ -260,8 +275,12 @@ def _vec0_store(store: Path, dim: int) -> Path:
         conn.execute(f"CREATE VIRTUAL TABLE vec_items USING vec0 (embedding float[{dim}] "
                      "distance_metric=cosine)")
         conn.execute("BEGIN")
-        conn.execute("INSERT INTO vec_items (rowid, embedding) "
-                     "SELECT rowid, embedding FROM store.vec_items ORDER BY rowid")
+        last = 0  # the store keeps half precision (codec.to_stored_blob); vec0 takes float32
+        while rows := conn.execute("SELECT rowid, embedding FROM store.vec_items WHERE rowid > ? "
+                                   "ORDER BY rowid LIMIT 20000", (last,)).fetchall():
+            conn.executemany("INSERT INTO vec_items (rowid, embedding) VALUES (?, ?)",
+                             [(r, codec.to_blob(codec.from_stored_blob(b))) for r, b in rows])
+            last = int(rows[-1][0])
         conn.execute("COMMIT")
         conn.execute("DETACH DATABASE store")
     finally:

@@ -43,7 +43,7 @@ def test_benchmark_runs_and_writes_its_json(tmp_path: Path, capsys: pytest.Captu
     doc.write_text("# Benchmarks\n\n## Quality\n\nkept as it is\n", encoding="utf-8")
     code = main(["--sizes", "300", "--queries", "20", "--warmup", "2", "--embed-items", "10",
                  "--embedder", "hashing-32", "--data", str(data), "--out", str(out),
-                 "--no-cache", "--doc", str(doc)])
+                 "--no-cache", "--doc", str(doc), "--no-peers"])
     assert code == 0
     printed = capsys.readouterr().out
     assert "| FTS |" in printed
@@ -107,3 +107,47 @@ def test_ingest_benchmark_runs_and_writes_its_table(tmp_path: Path) -> None:
     assert row["first_searchable_s"] <= row["fully_embedded_s"]
     text = doc.read_text()
     assert "## Indexing a source tree" in text and f"| {tree} | 7 | 7 |" in text
+
+
+def test_the_peers_run_beside_the_store_in_one_loop(tmp_path: Path) -> None:
+    """LanceDB and Chroma (the `bench` extra) answer the same queries as the store, each
+    with its recall against the exact answer; skipped where neither is installed."""
+    import numpy as np
+
+    import hybridkb
+    from benchmarks import peers
+    from benchmarks.baselines import NumpyExact
+    from hybridkb import HashingEmbedder
+    from hybridkb.model import Filters, now_ts
+    from hybridkb.storage.contract import SearchArea
+
+    if not peers.available():
+        pytest.skip("neither lancedb nor chromadb is installed (pip install 'hybridkb[bench]')")
+    model = HashingEmbedder(32)
+    texts = [" ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(12)) + f" n{i}"
+             for i in range(300)]
+    rng = np.random.default_rng(5)  # distinct directions: no ties in the exact top 10
+    vectors = rng.standard_normal((300, 32)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    queries = [f"{WORDS[q]} {WORDS[(q * 3) % len(WORDS)]}" for q in range(12)]
+    query_vectors = vectors[rng.choice(300, 12, replace=False)] + 0.1 * rng.standard_normal((12, 32))
+    query_vectors = (query_vectors / np.linalg.norm(query_vectors, axis=1, keepdims=True)).astype(np.float32)
+    area = SearchArea(None, Filters(), now_ts())
+    with hybridkb.open(str(tmp_path / "kb.db"), embedder=model, sample_queries=False) as kb:
+        kb.add_many([{"id": f"d{i}", "text": t, "vector": v} for i, (t, v) in
+                     enumerate(zip(texts, vectors, strict=True))])
+        out = peers.measure(tmp_path, kb, texts, vectors, queries, query_vectors, NumpyExact(vectors),
+                            lambda q: [int(r) - 1 for r, _ in kb.backend.vector_search(q, area, 10)],
+                            limit=10, warmup=2, hybridkb_ingest_s=1.0, hybridkb_first_fts_s=0.01,
+                            hybridkb_bytes=1, log=lambda _line: None)
+    assert out["queries"] == 12 and out["hybridkb"]["hybrid"]["n"] == 12
+    assert out["hybridkb"]["vector_recall@10"] >= 0.99  # rowid r is item r - 1: exact scans
+    for name in peers.available():
+        fig = out[name]
+        assert fig["vector"]["n"] == 12 and fig["disk_bytes"] > 0 and fig["items_per_s"] > 0
+        assert fig["vector_recall@10"] >= 0.9  # LanceDB below IVF_PQ's size: exact answers
+        assert not (tmp_path / f"peer-{name}-300").exists()  # removed after the run
+    if "lancedb" in out:
+        assert out["lancedb"]["fts"]["n"] == out["lancedb"]["hybrid"]["n"] == 12
+    table = "\n".join(report.peers_table({"items": 300, "peers": out}))
+    assert "| vector recall@10 (vs exact) |" in table and "hybridkb" in table

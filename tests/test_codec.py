@@ -32,6 +32,22 @@ def test_matrix_from_blobs() -> None:
     assert codec.matrix_from_blobs([], 5).shape == (0, 5)
 
 
+def test_item_vectors_are_stored_at_half_precision_on_both_dialects() -> None:
+    vec = np.array([0.1, -0.7, 1 / 3, 2.0e-6], dtype=np.float32)
+    blob = codec.to_stored_blob(vec)
+    assert len(blob) == 8 and blob == vec.astype("<f2").tobytes()
+    back = codec.from_stored_blob(blob)
+    assert back.dtype == np.float32 and back.tolist() == codec.stored(vec).tolist()
+    assert np.max(np.abs(back - vec)) < 5e-4 and back.tolist() != vec.tolist()
+    # PostgreSQL's float32 column gets the same values, so both dialects score alike
+    assert codec.to_pg([vec])[0].tolist() == back.tolist()
+    rows = [vec, -vec]
+    matrix = codec.matrix_from_stored_blobs([codec.to_stored_blob(r) for r in rows], 4)
+    assert matrix.shape == (2, 4) and matrix.tolist() == [back.tolist(), (-back).tolist()]
+    assert codec.matrix_from_stored_blobs([], 4).shape == (0, 4)
+    assert codec.stored_from_f32_blob(codec.to_blob(vec)) == blob  # migration 011's conversion
+
+
 def test_pgvector_forms_are_float32_arrays() -> None:
     out = codec.to_pg([[1, 2], np.array([0.5, 0.5], dtype=np.float64)])
     assert [v.dtype for v in out] == [np.float32, np.float32]

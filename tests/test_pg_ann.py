@@ -15,6 +15,7 @@ from pgvector.psycopg import register_vector
 import hybridkb
 from hybridkb.cli import cli
 from hybridkb.model import Filters
+from hybridkb.storage import codec
 from hybridkb.storage.contract import SearchArea
 from hybridkb.storage.postgres import ann
 
@@ -57,7 +58,7 @@ def test_exact_kth_scores_from_the_binary_copy_match_numpy(pg_url: str,
     with psycopg.connect(pg_url) as conn:
         register_vector(conn)
         got = ann.kth_exact(conn, queries, DIM)
-    want = -np.sort(-(queries @ vectors.T), axis=1)[:, ann.K - 1]
+    want = -np.sort(-(queries @ codec.stored(vectors).T), axis=1)[:, ann.K - 1]  # as stored
     assert np.allclose(got, want, atol=1e-5)
 
 

@@ -1,5 +1,6 @@
-"""SQLite keeps vectors in a plain table of float32 blobs by rowid (migration 009); stores
-made before it, with a sqlite-vec `vec0` table, are moved over when opened."""
+"""SQLite keeps vectors in a plain table of blobs by rowid (migration 009), float16 since
+migration 011; stores made before either (a sqlite-vec `vec0` table, float32 blobs) are
+moved over when opened."""
 
 from __future__ import annotations
 
@@ -45,25 +46,46 @@ def test_vectors_are_stored_as_given_and_a_wrong_length_is_refused(tmp_path: Pat
     assert len(stored) == 20
     for blob, item in zip(stored.values(), items, strict=True):
         vec = np.asarray(item["vector"], dtype=np.float32)
-        assert np.allclose(np.frombuffer(blob, dtype=np.float32), vec / np.linalg.norm(vec), atol=1e-6)
+        assert len(blob) == 2 * DIM
+        unit = (vec / np.linalg.norm(vec)).astype(np.float32)
+        assert np.frombuffer(blob, dtype="<f2").tolist() == unit.astype(np.float16).tolist()
     with closing(driver.connect(str(path), timeout=5)) as conn, \
             pytest.raises(driver.integrity_error(), match="CHECK"):
-        conn.execute("INSERT INTO vec_items (rowid, embedding) VALUES (999, ?)", (b"\0" * 12,))
+        conn.execute("INSERT INTO vec_items (rowid, embedding) VALUES (999, ?)", (b"\0" * 4 * DIM,))
+
+
+def _f32(blobs: dict[int, bytes]) -> list[tuple[int, bytes]]:
+    return [(r, np.frombuffer(b, dtype="<f2").astype("<f4").tobytes()) for r, b in blobs.items()]
+
+
+def _to_f32(path: Path) -> None:
+    """Rewrite a store as hybridkb made it before migration 011: float32 blobs."""
+    rows = _f32(_vectors(path))
+    with closing(driver.connect(str(path), timeout=5)) as conn:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("DROP TABLE vec_items")
+        conn.execute("CREATE TABLE vec_items (rowid INTEGER PRIMARY KEY, "
+                     f"embedding BLOB NOT NULL CHECK (length(embedding) = {4 * DIM}))")
+        conn.executemany("INSERT INTO vec_items (rowid, embedding) VALUES (?, ?)", rows)
+        conn.execute("DELETE FROM schema_migrations WHERE name = '011_half_vectors'")
+        conn.execute("COMMIT")
 
 
 def _to_vec0(path: Path) -> None:
-    """Rewrite a store as hybridkb made it before migration 009: vectors in vec0."""
+    """Rewrite a store as hybridkb made it before migration 009: float32 vectors in vec0."""
+    rows = _f32(_vectors(path))
     with closing(driver.connect(str(path), timeout=5)) as conn:
         conn.execute("BEGIN IMMEDIATE")
         conn.execute(f"CREATE VIRTUAL TABLE old_vectors USING vec0 (embedding float[{DIM}] "
                      "distance_metric=cosine)")
-        conn.execute("INSERT INTO old_vectors (rowid, embedding) SELECT rowid, embedding FROM vec_items")
+        conn.executemany("INSERT INTO old_vectors (rowid, embedding) VALUES (?, ?)", rows)
         conn.execute("DROP TABLE vec_items")
         conn.execute(f"CREATE VIRTUAL TABLE vec_items USING vec0 (embedding float[{DIM}] "
                      "distance_metric=cosine)")
         conn.execute("INSERT INTO vec_items (rowid, embedding) SELECT rowid, embedding FROM old_vectors")
         conn.execute("DROP TABLE old_vectors")
-        conn.execute("DELETE FROM schema_migrations WHERE name = '009_plain_vectors'")
+        conn.execute("DELETE FROM schema_migrations WHERE name IN "
+                     "('009_plain_vectors', '011_half_vectors')")
         conn.execute("COMMIT")
 
 
@@ -76,7 +98,7 @@ def test_a_store_with_a_vec0_table_is_moved_to_the_plain_table(tmp_path: Path) -
     vectors = _vectors(path)
     _to_vec0(path)
     assert _table_sql(path).upper().startswith("CREATE VIRTUAL")
-    assert _vectors(path) == vectors
+    assert _vectors(path) == dict(_f32(vectors))
 
     with hybridkb.open(path, embedder=HashingEmbedder(DIM)) as kb:
         assert kb.backend.newer_schema is None
@@ -85,6 +107,24 @@ def test_a_store_with_a_vec0_table_is_moved_to_the_plain_table(tmp_path: Path) -
         kb.add("written after the move", id="new", vector=np.ones(DIM, dtype=np.float32))
         assert kb.get("new") is not None
     assert not _table_sql(path).upper().startswith("CREATE VIRTUAL")
+    moved = _vectors(path)
+    assert {k: moved[k] for k in vectors} == vectors and len(moved) == len(vectors) + 1
+
+
+def test_a_store_of_float32_vectors_is_moved_to_half_precision(tmp_path: Path) -> None:
+    path, items = tmp_path / "kb.db", _items(40)
+    with hybridkb.open(path, embedder=HashingEmbedder(DIM)) as kb:
+        kb.add_many(items)
+        before = [h.id for h in kb.search("item 3 topic", mode="vector", limit=5).hits]
+    vectors = _vectors(path)
+    _to_f32(path)
+    assert f"= {4 * DIM}" in _table_sql(path) and len(next(iter(_vectors(path).values()))) == 4 * DIM
+    with hybridkb.open(path, embedder=HashingEmbedder(DIM)) as kb:
+        assert kb.check()["ok"]
+        assert [h.id for h in kb.search("item 3 topic", mode="vector", limit=5).hits] == before
+        kb.add("written after the move", id="new", vector=np.ones(DIM, dtype=np.float32))
+        assert kb.backend.vectors_for(["new"])["new"].tolist() == pytest.approx([DIM ** -0.5] * DIM, abs=1e-3)
+    assert f"= {2 * DIM}" in _table_sql(path)
     moved = _vectors(path)
     assert {k: moved[k] for k in vectors} == vectors and len(moved) == len(vectors) + 1
 

@@ -12,6 +12,7 @@ from named import named
 import hybridkb
 from hybridkb import HashingEmbedder, KnowledgeBase
 from hybridkb.model import now_ts, parse_filters
+from hybridkb.storage import codec
 from hybridkb.storage.contract import SearchArea
 from hybridkb.storage.indexes import vector_base, vector_codes, vector_recall
 from hybridkb.storage.indexes.vector_math import dot_rows
@@ -146,7 +147,8 @@ def test_a_store_on_codes_holds_recall_with_exact_scores_and_filters(tmp_path: P
         got = vsearch(kb, q)
         recalls.append(len({f"v{i}" for i in exact} & {i for i, _ in got}) / 10)
         for item_id, score in got:
-            assert score == pytest.approx(float(m[int(item_id[1:])] @ q), abs=1e-6)
+            kept = codec.stored(codec.normalized(m[int(item_id[1:])], DIM, label="v"))
+            assert score == pytest.approx(float(kept @ q), abs=1e-6)
         in_b = vsearch(kb, q, corpora=["b"])  # a quarter of the rows: through the codes, masked
         assert len(in_b) == 10 and all(int(i[1:]) % 4 == 0 for i, _ in in_b)
     assert np.mean(recalls) >= 0.95

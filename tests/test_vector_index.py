@@ -15,6 +15,7 @@ from named import named
 import hybridkb
 from hybridkb import HashingEmbedder, KnowledgeBase
 from hybridkb.model import now_ts, parse_filters
+from hybridkb.storage import codec
 from hybridkb.storage.contract import SearchArea
 from hybridkb.storage.indexes import vector_recall
 from hybridkb.storage.indexes import vectors as vectors_mod
@@ -115,13 +116,13 @@ def test_forced_graph_holds_recall_and_checks_filters(db: Path) -> None:
 
 def test_graph_answers_carry_exact_scores_and_the_breadth_grows_with_the_base(db: Path) -> None:
     """The graph only picks rows (its f16 distances are approximate); each is scored on the
-    stored float32 vectors, as an exact scan and the delta score it."""
+    stored vectors (half precision, codec.stored), as an exact scan and the delta score it."""
     kb = open_kb(db, vector_ann="on")
-    m = fill(kb, 2000)
+    m = codec.stored(fill(kb, 2000))
     area = SearchArea(None, parse_filters(None), now_ts())
     for q in unit_rows(10, 13):
         for item_id, score in named(kb.backend, kb.backend.vector_search(q, area, 10)):
-            assert score == pytest.approx(float(m[int(item_id[1:])] @ q), abs=1e-6)  # f16: ~1e-3
+            assert score == pytest.approx(float(m[int(item_id[1:])] @ q), abs=1e-6)  # graph: ~1e-3
     base, _ = kb.backend._vectors.view(DIM)
     assert base is not None and base.graph_ok and base.recall is not None and base.recall >= 0.95
     assert base.ef in vector_recall.LADDER and base.ann is not None

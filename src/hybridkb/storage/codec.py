@@ -1,9 +1,14 @@
 """The one vector codec: dtype, the dimension check, and each dialect's wire form.
 
-Vectors are float32 everywhere. SQLite keeps them as little-endian float32 blobs;
-pgvector's psycopg adapter takes and returns numpy arrays. Every place that writes or
-reads a vector goes through here, so a vector of the wrong size is refused with the
-same error wherever it enters, and the byte layout is defined once.
+Vectors are float32 in memory. An item's stored vector has half precision (`stored`):
+SQLite keeps it as a little-endian float16 blob (migration 011: half the bytes of the
+float32 blobs before it), PostgreSQL a float32 `vector` of the same values, so both
+dialects and the derived vector base (float32 rows decoded from the blobs) score the same
+numbers. Half precision moves a unit vector's cosines by about 1e-4; nDCG@10 on every dev
+set moved by less than 0.002 (docs/benchmarks.md). Query vectors kept for measuring
+(asked.py) stay float32 blobs. Every place that writes or reads a vector goes through
+here, so a vector of the wrong size is refused with the same error wherever it enters,
+and the byte layout is defined once.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ import numpy.typing as npt
 from ..errors import DimensionMismatchError, InvalidInputError
 
 DTYPE = np.float32
-_BLOB_DTYPE = np.dtype("<f4")  # sqlite-vec's float[] layout, kept by the SQLite store's vector table
+_BLOB_DTYPE = np.dtype("<f4")  # sqlite-vec's float[] layout: the asked queries' blobs
+_STORED_DTYPE = np.dtype("<f2")  # an item vector's blob in SQLite's vector table
+STORED_BYTES = _STORED_DTYPE.itemsize  # bytes a dimension of a stored item vector
 Vector = npt.NDArray[np.float32]
 
 
@@ -85,7 +92,39 @@ def query(vector: Any, dim: int) -> Vector | None:
     return q if bool(np.all(np.isfinite(q))) else None
 
 
-# -- SQLite: little-endian float32 blobs (sqlite-vec's layout) ---------------------------
+# -- item vectors as stored: half precision ---------------------------------------------
+
+
+def stored(vector: Sequence[float] | Vector) -> Vector:
+    """The float32 values the system of record keeps for `vector`: rounded to half precision."""
+    out: Vector = np.asarray(vector, dtype=DTYPE).astype(_STORED_DTYPE).astype(DTYPE)
+    return out
+
+
+def to_stored_blob(vector: Sequence[float] | Vector) -> bytes:
+    """An item vector as SQLite's vector table keeps it (little-endian float16)."""
+    return np.asarray(vector, dtype=DTYPE).astype(_STORED_DTYPE).tobytes()
+
+
+def from_stored_blob(blob: bytes) -> Vector:
+    out: Vector = np.frombuffer(blob, dtype=_STORED_DTYPE).astype(DTYPE)
+    return out
+
+
+def matrix_from_stored_blobs(blobs: Sequence[bytes], dim: int) -> npt.NDArray[np.float32]:
+    """Rows of a (len(blobs), dim) float32 matrix from stored item blobs, decoded in one go."""
+    if not blobs:
+        return np.zeros((0, dim), dtype=DTYPE)
+    flat = np.frombuffer(b"".join(blobs), dtype=_STORED_DTYPE).astype(DTYPE)
+    return flat.reshape(len(blobs), dim)
+
+
+def stored_from_f32_blob(blob: bytes) -> bytes:
+    """A float32 item blob (stores before migration 011) in the stored layout."""
+    return np.frombuffer(blob, dtype=_BLOB_DTYPE).astype(_STORED_DTYPE).tobytes()
+
+
+# -- float32 blobs (sqlite-vec's layout): query vectors ---------------------------------
 
 
 def to_blob(vector: Sequence[float] | Vector) -> bytes:
@@ -108,8 +147,9 @@ def matrix_from_blobs(blobs: Sequence[bytes], dim: int) -> npt.NDArray[np.float3
 
 
 def to_pg(vectors: Iterable[Sequence[float] | Vector]) -> list[Vector]:
-    """Values for a `vector[]` parameter."""
-    return [np.asarray(v, dtype=DTYPE) for v in vectors]
+    """Values for a `vector[]` parameter of item vectors: the stored values (`stored`), so
+    both dialects score the same numbers."""
+    return [stored(v) for v in vectors]
 
 
 def from_pg(value: Any) -> Vector:

@@ -40,7 +40,7 @@ from .vector_recall import Probe, calibrate, kth_scores, probe
 Vector = npt.NDArray[np.float32]
 RowIds = npt.NDArray[np.int64]
 
-FORMAT = 2
+FORMAT = 3  # 3: rows decoded from half-precision stored vectors (migration 011)
 MAPPED = ("rowids.i64", "matrix.f32", "corpus.i32", "expires.f64", "stale.u8", "codes.u64", "ann.usearch")
 MEASURED = "measured-{}.json"  # a later measurement of a generation's passes (remeasure)
 _AT = "@"  # a published generation's name: its folder, then "@K" once measured again

@@ -1,6 +1,6 @@
 """The embedded dialect: one SQLite file, the system of record, with derived indexes beside it.
 
-Items and their vectors (float32 blobs by rowid) are written in one transaction;
+Items and their vectors (float16 blobs by rowid) are written in one transaction;
 triggers number every committed write in the `changes` log (migration 004). BM25 runs
 on a tantivy index in `<file>.idx/text/` that catches up from that log before each
 search, and vectors on a memory-mapped base generation (an HNSW graph past a size) plus
@@ -243,7 +243,7 @@ class SQLiteBackend:
     ) -> None:
         dim = records.pending_dim(self.get_meta(META_PENDING_VECTOR_DIM))
         codec.check_dims(zip(ids, vectors, strict=True), dim, holder="the new model has")
-        rows = [(item_id, codec.to_blob(vec), chash)
+        rows = [(item_id, codec.to_stored_blob(vec), chash)
                 for item_id, vec, chash in zip(ids, vectors, content_hashes, strict=True)]
         with self._write() as conn:
             conn.executemany(
@@ -338,7 +338,7 @@ class SQLiteBackend:
                 rowid = row[0]
                 conn.execute("DELETE FROM vec_items WHERE rowid = ?", (rowid,))
                 conn.execute("INSERT INTO vec_items (rowid, embedding) VALUES (?, ?)",
-                             (rowid, codec.to_blob(vec)))
+                             (rowid, codec.to_stored_blob(vec)))
                 written.append((rowid, Item(text="", id=item_id, corpus=row[1], expires_at=row[2],
                                             stale=bool(row[3])), vec))
         return len(written)
@@ -447,7 +447,7 @@ class SQLiteBackend:
             for item_id, blob in self._read(
                 f"SELECT i.id, v.embedding FROM items i JOIN vec_items v ON v.rowid = i.rowid "
                 f"WHERE i.id IN ({_marks(len(chunk))})", chunk):
-                out[item_id] = codec.from_blob(blob)
+                out[item_id] = codec.from_stored_blob(blob)
         return out
 
     def ids_missing_vectors(self, limit: int) -> list[str]:

@@ -182,7 +182,7 @@ _VECTOR_ROW = ("SELECT i.rowid, v.embedding, i.corpus, i.expires_at, i.stale "
 def _batch(rows: Sequence[Any], dim: int) -> Batch:
     return Batch(
         rowids=np.array([r[0] for r in rows], dtype=np.int64),
-        vectors=codec.matrix_from_blobs([r[1] for r in rows], dim),
+        vectors=codec.matrix_from_stored_blobs([r[1] for r in rows], dim),
         corpora=[r[2] for r in rows],
         expires=np.array([np.inf if r[3] is None else float(r[3]) for r in rows], dtype=np.float64),
         stale=np.array([bool(r[4]) for r in rows], dtype=bool))

@@ -122,7 +122,8 @@ def integrity_error() -> type[Exception]:
 
 
 # Migrations whose work depends on what the store holds: run after the file of that name.
-_PYTHON_STEPS: dict[str, Callable[[Any], object]] = {"009_plain_vectors": tables.plain_vectors}
+_PYTHON_STEPS: dict[str, Callable[[Any], object]] = {"009_plain_vectors": tables.plain_vectors,
+                                                      "011_half_vectors": tables.half_vectors}
 
 
 def migrate(conn: Any) -> str | None:

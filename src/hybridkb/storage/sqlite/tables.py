@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .. import records
+from .. import codec, records
 
 SET_META = records.set_meta_sql("?")
 CREATE_PENDING = (
@@ -27,14 +27,16 @@ def chunks(seq: Sequence[Any], size: int = MAX_VARS) -> Iterator[Sequence[Any]]:
         yield seq[i : i + size]
 
 
-def create_vectors(dim: int, name: str = "vec_items") -> str:
-    """The vector table: each vector's float32 bytes by its item's rowid, their length checked
-    (until migration 009 a sqlite-vec `vec0` table)."""
+def create_vectors(dim: int, name: str = "vec_items", width: int = codec.STORED_BYTES) -> str:
+    """The vector table: each vector's bytes (codec.to_stored_blob: float16 since migration
+    011, float32 before) by its item's rowid, their length checked (until migration 009 a
+    sqlite-vec `vec0` table)."""
     return (f"CREATE TABLE {name} (rowid INTEGER PRIMARY KEY, "
-            f"embedding BLOB NOT NULL CHECK (length(embedding) = {4 * int(dim)}))")
+            f"embedding BLOB NOT NULL CHECK (length(embedding) = {int(width) * int(dim)}))")
 
 
 _VEC0_DIM = re.compile(r"float\[(\d+)\]")  # the size a vec0 table was declared with
+_CHECKED = re.compile(r"length\(embedding\) = (\d+)")  # the byte length a vector table checks
 
 
 def plain_vectors(conn: Any) -> bool:
@@ -45,12 +47,38 @@ def plain_vectors(conn: Any) -> bool:
     declared = _VEC0_DIM.search(sql)
     if not sql.upper().startswith("CREATE VIRTUAL TABLE") or declared is None:
         return False
-    conn.execute(create_vectors(int(declared.group(1)), "vec_items_moved"))
+    conn.execute(create_vectors(int(declared.group(1)), "vec_items_moved", width=4))
     conn.execute("INSERT INTO vec_items_moved (rowid, embedding) "
                  "SELECT rowid, embedding FROM vec_items ORDER BY rowid")
     conn.execute("DROP TABLE vec_items")
     conn.execute("ALTER TABLE vec_items_moved RENAME TO vec_items")
     return True
+
+
+def half_vectors(conn: Any, batch: int = 20_000) -> bool:
+    """Migration 011, inside the caller's transaction: a vector table of float32 blobs becomes
+    one of float16 blobs (codec.to_stored_blob) with the same rowids, and vectors waiting in a
+    re-embedding's pending table are converted too. Returns whether there was one to move."""
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'vec_items'").fetchone()
+    checked = _CHECKED.search(str(row[0])) if row is not None else None
+    if checked is not None and int(checked.group(1)) % 4 == 0:
+        dim = int(checked.group(1)) // 4
+        conn.execute(create_vectors(dim, "vec_items_half"))
+        last = 0
+        while rows := conn.execute("SELECT rowid, embedding FROM vec_items WHERE rowid > ? "
+                                   "ORDER BY rowid LIMIT ?", (last, batch)).fetchall():
+            conn.executemany("INSERT INTO vec_items_half (rowid, embedding) VALUES (?, ?)",
+                             [(r, codec.stored_from_f32_blob(b)) for r, b in rows])
+            last = int(rows[-1][0])
+        conn.execute("DROP TABLE vec_items")
+        conn.execute("ALTER TABLE vec_items_half RENAME TO vec_items")
+    pending = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'vec_items_pending'").fetchone()
+    if pending is not None:
+        rows = conn.execute("SELECT id, embedding FROM vec_items_pending").fetchall()
+        conn.executemany("UPDATE vec_items_pending SET embedding = ? WHERE id = ?",
+                         [(codec.stored_from_f32_blob(b), i) for i, b in rows])
+    return checked is not None
 
 
 class Tables:

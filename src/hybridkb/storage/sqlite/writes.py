@@ -55,7 +55,7 @@ def write_rows(conn: Any, items: Sequence[Item], vectors: Sequence[Vector | None
     for item, vec, rowid, kept_hash, row in zip(items, vectors, rowids, kept, rows, strict=True):
         if vec is not None:
             codec.check_dim(vec, dim, label=f"item {item.id!r}: vector")
-            vector_rows.append((rowid, codec.to_blob(vec)))
+            vector_rows.append((rowid, codec.to_stored_blob(vec)))
         if replace and dim is not None and (vec is not None or kept_hash is None):
             dropped.append(rowid)
         if feeding:
