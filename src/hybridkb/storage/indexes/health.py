@@ -32,6 +32,8 @@ def describe(exc: BaseException, folder: Path | None = None) -> str:
     code = getattr(exc, "errno", None)
     if code == errno.ENOSPC or "No space left" in str(exc) or _full(folder):
         return "its folder's disk is full"
+    if code in (errno.EEXIST, errno.ENOTDIR):
+        return f"a file stands where its folder belongs ({getattr(exc, 'filename', None) or exc})"
     if code in (errno.EROFS, errno.EACCES, errno.EPERM) or "Read-only file system" in str(exc):
         return f"its folder cannot be written: {exc}"
     text = str(exc) or type(exc).__name__

@@ -88,6 +88,8 @@ def seal(folder: Path) -> None:
 def generation_problems(folder: Path, *, full: bool) -> list[str]:
     """What is wrong with a sealed generation's files (empty: sound). Without `full`, only
     files changed since the manifest (by size or mtime) have their checksum read."""
+    if not folder.is_dir():
+        return [f"{folder.name} is missing, or a file stands where a folder above it belongs"]
     try:
         manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
         files: Mapping[str, Any] = manifest["files"]
