@@ -96,6 +96,9 @@ def main(kind: str, root: Path) -> None:
     settle(kb)
     say("after writes", **probe(kb, "zebra7", "new7"), one=probe(kb, "zebraone", "one")["fts"],
         warnings=warnings)
+    other = hybridkb.open(str(db), embedder=HashingEmbedder(64))  # as another process would
+    say("first search elsewhere", **probe(other, "zebraone", "one"))
+    other.close()
     report = kb.check()
     say("check", ok=report["ok"], problems=report["problems"])
     if kind == "read-only":

@@ -64,6 +64,10 @@ def test_an_unwritable_index_folder_lags_then_catches_up(tmp_path: Path, kind: s
         assert after[mode].get("first"), (mode, after)  # found: from the delta in the store
     for answer in (after["fts"], after["hybrid"], after["one"]):
         assert any("text index lags the store" in n for n in answer["notes"]), answer
+    elsewhere = steps["first search elsewhere"]  # another process's first search says it too
+    for mode in ("fts", "hybrid"):
+        assert elsewhere[mode].get("first"), elsewhere
+        assert any("text index lags the store" in n for n in elsewhere[mode]["notes"]), elsewhere
     cause = "cannot be written" if kind == "read-only" else "disk is full"
     assert any("cannot be updated" in w and cause in w for w in after["warnings"]), after["warnings"]
     check = steps["check"]

@@ -190,7 +190,7 @@ class TextIndexSync:
                 if len(delta) + len(changes) > DELTA_MAX and not self.lag.waiting():
                     if (caught := self._try_catch_up()) is not None:  # commit before answering
                         return caught, self._delta
-                    index = self._usable()
+                    return self.view()  # refused (lag waits now): the delta over what is there
                 docs = self.source.text_docs(list(dict.fromkeys(r for _, r in changes)))
                 delta.add(changes, docs, index.analyze, index.title_repeat, reached)
             if len(delta) and not self.lag.waiting():
@@ -214,8 +214,11 @@ class TextIndexSync:
         return index
 
     def _note_lag(self, delta: TextDelta) -> TextDelta:
-        if len(delta) and self.lag.reason is not None:
-            notices.note(f"the text index lags the store by {len(delta)} writes ({self.lag.reason}); "
+        why = self.lag.reason if len(delta) else None  # a read-only folder before it failed:
+        if len(delta) and why is None and self.folder and not os.access(self.folder, os.W_OK):
+            why = "its folder cannot be written"
+        if why:
+            notices.note(f"the text index lags the store by {len(delta)} writes ({why}); "
                          "searches read them from the store until it can be written")
         return delta
 
@@ -280,10 +283,8 @@ class TextIndexSync:
                 self._damage = str(exc)
             return None
 
-    def suspect(self) -> None:
-        """A search failed inside the engine: open the index again (its files checked)."""
-        with self._lock:
-            self._index = None
+    def suspect(self) -> None:  # a search failed in the engine: reopened (files checked)
+        self._index = None
 
     def _catch_up(self) -> TextIndex:
         """Commit every logged change into the index (under the file lock)."""
@@ -587,8 +588,7 @@ class TextIndexSync:
             index = TextIndex.open(self.folder, self.source.store_id, title_repeat=self.title_repeat)
         except IndexUnusable as exc:
             return [f"text index: {exc} (rebuilt from the items on the next search)"]
-        damage = index.problems(full=True)  # every file's checksum (tantivy's footers)
-        if damage:
+        if damage := index.problems(full=True):  # every file's checksum (tantivy's footers)
             return [f"text index is damaged: {p}" for p in damage]
         oldest, head = self.source.log_bounds()
         if index.seq < head and not os.access(self.folder, os.W_OK):
