@@ -119,3 +119,18 @@ def test_import_off_a_terminal_says_count_rate_and_eta(tmp_path: Path) -> None:
     lines = [x for x in result.stderr.splitlines() if x.startswith("importing: ")]
     assert lines and all("/4,000 items (" in x and "/s, " in x for x in lines), result.stderr
     assert any("ETA" in x for x in lines)
+
+
+def test_a_terminal_bar_is_redrawn_while_a_batch_takes_long(monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """No update for 2.5 s (one slow batch): the bar is still redrawn every second, so its
+    elapsed time and rate move."""
+    monkeypatch.setenv("HYBRIDKB_PROGRESS", "1")  # the bar, as on a terminal
+    with progress_bar(100, "embedding", "chunk") as bar:
+        bar.update(16)
+        capsys.readouterr()
+        time.sleep(2.5)
+        drawn = capsys.readouterr().err
+    frames = [f for f in drawn.split("\r") if "embedding" in f]
+    assert len(frames) >= 2 and all("16/100" in f for f in frames), drawn
+    assert len({f.split("[")[1].split("<")[0] for f in frames}) >= 2  # the elapsed time moved

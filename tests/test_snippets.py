@@ -109,8 +109,9 @@ def test_cli_search_prints_path_line_and_marked_lines(tmp_path: Path, monkeypatc
                                       "--limit", "1"])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    where = next(line.strip() for line in lines if ".py:" in line)
-    assert where.endswith("src/conf.py:15") and Path(where.rsplit(":", 1)[0]).resolve() == (
+    head = next(line for line in lines if ".py:" in line)  # `  1. 0.950  path:line  › symbol`
+    where = head.split()[2]
+    assert len(head) < 100 and where.endswith("src/conf.py:15") and Path(where.rsplit(":", 1)[0]).resolve() == (
         root / "src" / "conf.py").resolve()
     assert "      15 │ def «parse»_«config»(text):" in lines
     assert "      16 │     \'\'\'«Parse» the «config» file.\'\'\'" in lines
