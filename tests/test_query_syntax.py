@@ -49,6 +49,7 @@ def test_each_form() -> None:
                                 title=(Words(("get", "started")),))
     assert (p.kinds, p.corpora, p.paths, p.languages) == (
         ("decision", "lesson"), ("wiki",), ("src/**/*.py",), ("python",))
+    assert querysyntax.parse("x language:Python language:Python").languages == ("python",)
     assert p.embed_text == "alpha eps zeta comput get started"  # no excluded word, no filter
     assert querysyntax.parse("+comput* -tmp*").match == TextMatch(
         required=(Words(("comput",), prefix=True),), excluded=(Words(("tmp",), prefix=True),))

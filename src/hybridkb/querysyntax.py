@@ -224,9 +224,11 @@ def _build(parts: list[_Part], max_terms: int) -> ParsedQuery:
     for part in parts:
         if part.field in ("kind", "corpus", "path", "language"):
             value = part.text.strip()
+            if part.field == "language":
+                value = value.lower()
             values = b.values.setdefault(part.field, [])
             if value not in values:
-                values.append(value.lower() if part.field == "language" else value)
+                values.append(value)
             continue
         for found in _words(part):
             w = found
