@@ -50,12 +50,19 @@ class PendingDoc:
             self.title_tokens = analyze(cjk_expand(self.title)) if self.title else []
         return self.title_tokens
 
-    def passes(self, match: TextMatch, analyze: Callable[[str], list[str]]) -> bool:
-        """True when the document holds every required (and title) word and no excluded one."""
+    def holds_required(self, match: TextMatch, analyze: Callable[[str], list[str]]) -> bool:
+        """Whether the document holds every required word, and every title word in its title."""
         body = self.words(analyze)
         return (all(_holds(body, w, analyze) for w in match.required)
-                and all(_holds(self.title_words(analyze), w, analyze) for w in match.title)
-                and not any(_holds(body, w, analyze) for w in match.excluded))
+                and all(_holds(self.title_words(analyze), w, analyze) for w in match.title))
+
+    def holds_excluded(self, match: TextMatch, analyze: Callable[[str], list[str]]) -> bool:
+        body = self.words(analyze)
+        return any(_holds(body, w, analyze) for w in match.excluded)
+
+    def passes(self, match: TextMatch, analyze: Callable[[str], list[str]]) -> bool:
+        """True when the document holds every required (and title) word and no excluded one."""
+        return self.holds_required(match, analyze) and not self.holds_excluded(match, analyze)
 
     def may_hold(self, token: str) -> bool:
         """False only when the body cannot hold an analyzed `token`: a stem is its word's
@@ -132,11 +139,9 @@ class TextDelta:
         for rowid, doc in self.docs.items():
             if doc.body is None:
                 continue
-            body = doc.words(analyze)
-            if (all(_holds(body, w, analyze) for w in match.required)
-                    and all(_holds(doc.title_words(analyze), w, analyze) for w in match.title)):
+            if doc.holds_required(match, analyze):
                 required.add(rowid)
-            if any(_holds(body, w, analyze) for w in match.excluded):
+            if doc.holds_excluded(match, analyze):
                 excluded.add(rowid)
         return required, excluded
 
@@ -149,7 +154,7 @@ class TextDelta:
         for doc in self.docs.values():
             if doc.body is None or (wanted is not None and doc.corpus not in wanted):
                 continue
-            if stem[: max(2, len(stem) - 1)] not in doc.folded:
+            if not doc.may_hold(stem):
                 continue
             for word in {t for t in doc.words(analyze) if t.startswith(stem)}:
                 counts[word] = counts.get(word, 0) + 1
