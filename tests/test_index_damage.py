@@ -191,6 +191,19 @@ def test_excluded_words_hold_while_the_text_index_is_unusable(store: Path) -> No
     kb.close()
 
 
+def test_a_prefix_is_looked_for_while_the_text_index_is_unusable(store: Path) -> None:
+    """`item5*` with the text index failing under the search: the stored items are read for
+    the prefix (a substring), not searched for no word at all."""
+    kb = open_kb(store)
+    assert kb.search("item5", mode="fts").ids[:1] == ["it5"]  # the text index is open
+    path = largest(store, "*.fast")
+    overwrite(path, path.stat().st_size, 0)
+    result = kb.search("item5*", mode="fts", limit=20)
+    assert any("full-text index unusable" in n for n in result.notes), result.notes
+    assert result.ids and all(hit.text.startswith("item5") for hit in result.hits), result.ids
+    kb.close()
+
+
 @pytest.mark.parametrize("damage", ["fast 4 KB at the end", "matrix rows rolled", "index folder is a file"])
 def test_the_cli_reports_and_repairs_without_a_traceback(store: Path, damage: str) -> None:
     DAMAGES[damage](store)

@@ -471,7 +471,7 @@ class SQLiteBackend:
             return self._indexed_text_search(query, area, limit)
         except BaseException as exc:  # raised again unless the index failed (derived.py)
             derived.unusable(exc, self._text, "full-text", "a scan of the stored items")
-            return self.substring_search(query.words, area, limit)
+            return self.substring_search([*query.words, *query.prefixes], area, limit)
 
     def _indexed_text_search(self, query: TextQuery, area: SearchArea, limit: int) -> ScoredKeys:
         index, delta = self._text.view()
