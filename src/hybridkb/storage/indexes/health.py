@@ -21,6 +21,13 @@ FULL_BYTES = 16 << 20  # a folder whose disk has less free is called full
 log = logging.getLogger("hybridkb")
 
 
+def engine_failure(exc: BaseException) -> bool:
+    """Whether `exc` came out of an index rather than from the user: the engines' errors
+    (ValueError, OSError) and tantivy's panics (`pyo3_runtime.PanicException`, a
+    BaseException that passes every `except Exception`); never Ctrl-C or an exit."""
+    return not isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit))
+
+
 class IndexUnavailable(Exception):
     """A derived index cannot answer now (damaged and not rebuilt); the search answers
     from the store instead."""

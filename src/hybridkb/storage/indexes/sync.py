@@ -22,9 +22,9 @@ from typing import Any, Protocol
 
 from ...progress import ProgressFactory, no_progress
 from .. import notices
-from .health import Health, IndexUnavailable
+from .health import Health, IndexUnavailable, engine_failure
 from .locks import _file_lock, close_at_exit
-from .text import IndexUnusable, StateReader, TextIndex, engine_failure, read_state
+from .text import IndexUnusable, StateReader, TextIndex, read_state
 from .text_delta import TextDelta
 from .text_schema import TITLE_REPEAT, TextDoc, to_document
 

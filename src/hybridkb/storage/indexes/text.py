@@ -30,6 +30,7 @@ from ...querysyntax import TextMatch
 from ...textquery import TextQuery
 from . import text_schema as ts
 from . import verify
+from .health import engine_failure
 from .text_delta import IndexStats
 from .text_scope import CorpusStats, count_matches
 
@@ -41,13 +42,6 @@ _MAX_HITS = 100_000
 
 class IndexUnusable(Exception):
     """The index folder is missing, damaged, of another format or of another store."""
-
-
-def engine_failure(exc: BaseException) -> bool:
-    """Whether `exc` came out of an index rather than from the user: tantivy's errors
-    (ValueError, OSError) and its panics (`pyo3_runtime.PanicException`, a BaseException
-    that passes every `except Exception`); never Ctrl-C or an exit."""
-    return not isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit))
 
 
 # e.g. "tantivy v0.27.0, index_format v7": an index another version wrote is rebuilt.

@@ -15,9 +15,8 @@ from typing import Protocol
 
 from ...errors import HybridKBError
 from .. import notices
-from ..indexes.health import describe
+from ..indexes.health import describe, engine_failure
 from ..indexes.sync import TextIndexSync
-from ..indexes.text import engine_failure
 from ..indexes.vectors import VectorIndexSync
 
 NOT_A_FOLDER = "index folder is not a folder"
