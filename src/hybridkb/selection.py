@@ -19,13 +19,22 @@ from .model import Filters, Item
 MAX_CLIENT_CORPORA = 1000
 
 
-def check_client_corpus(name: str, existing: Mapping[str, int]) -> None:
-    """Refuse a client's write that would create a corpus past MAX_CLIENT_CORPORA."""
-    if isinstance(name, str) and name not in existing and len(existing) >= MAX_CLIENT_CORPORA:
+def client_corpus(corpus: str | None, default: str, allowed: Sequence[str] | None,
+                  existing: Mapping[str, int]) -> str:
+    """The corpus a server's client (REST, MCP) writes into: `corpus`, else `default` (the
+    first of `allowed` when the server is limited to others). Refused outside `allowed`,
+    and when it would create a corpus past MAX_CLIENT_CORPORA."""
+    if corpus is None:
+        corpus = default if allowed is None or default in allowed else allowed[0]
+    elif allowed is not None and corpus not in allowed:
+        raise InvalidInputError(f"corpus {corpus!r} is not writable on this server; "
+                                f"writable: {', '.join(allowed)}")
+    if isinstance(corpus, str) and corpus not in existing and len(existing) >= MAX_CLIENT_CORPORA:
         raise InvalidInputError(
             f"this store holds {len(existing)} corpora, the most a server's clients may create "
             f"({MAX_CLIENT_CORPORA} corpora): write into an existing one, or create it with the "
             "CLI or the library")
+    return corpus
 
 
 def pick_corpora(corpus: str | None, corpora: Sequence[str] | str | None) -> Sequence[str] | str | None:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from ..errors import HybridKBError, InvalidInputError, NotFoundError
 from ..model import Hit, Mode, SearchResult, iso
-from ..selection import check_client_corpus
+from ..selection import client_corpus
 from ..snippets import best_lines, snippet
 from ..store import MEMORY_CORPUS, KnowledgeBase
 from .schemas import (
@@ -108,16 +108,7 @@ class Tools:
         return [c for c in requested if c in existing]
 
     def _write_corpus(self, corpus: str | None) -> str:
-        if corpus is None:
-            corpus = MEMORY_CORPUS if self.allowed is None or MEMORY_CORPUS in self.allowed \
-                else self.allowed[0]
-        elif not self._visible(corpus):
-            assert self.allowed is not None
-            raise InvalidInputError(
-                f"corpus {corpus!r} is not writable on this server; "
-                f"writable: {', '.join(self.allowed)}")
-        check_client_corpus(corpus, self.kb.corpora())
-        return corpus
+        return client_corpus(corpus, MEMORY_CORPUS, self.allowed, self.kb.corpora())
 
     def _result(self, result: SearchResult | None, query: str, mode: str) -> SearchOut:
         if result is None:

@@ -13,7 +13,7 @@ from ..errors import InvalidInputError, NotFoundError
 from ..fusion import DEFAULT_FUSION
 from ..labels import source_label
 from ..model import Hit, Item, SearchResult, iso
-from ..selection import check_client_corpus
+from ..selection import client_corpus
 from ..store import MEMORY_CORPUS, KnowledgeBase
 from .context import MAX_AROUND, item_context
 from .facets import FACET_POOL, facet_counts
@@ -75,14 +75,7 @@ class Service:
     def _writable(self, corpus: str | None, default: str) -> str:
         if self.read_only:
             raise ReadOnlyError("this server is read-only (started with --read-only)")
-        if corpus is None:
-            corpus = default if self.allowed is None or default in self.allowed else self.allowed[0]
-        elif not self._visible(corpus):
-            assert self.allowed is not None
-            raise InvalidInputError(f"corpus {corpus!r} is not writable on this server; "
-                                    f"writable: {', '.join(self.allowed)}")
-        check_client_corpus(corpus, self.kb.corpora())
-        return corpus
+        return client_corpus(corpus, default, self.allowed, self.kb.corpora())
 
     # -- reads --------------------------------------------------------------------------------
 
