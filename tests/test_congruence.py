@@ -97,8 +97,10 @@ FILTERS: dict[str, dict[str, Any]] = {
 }
 
 
-def _open_pair(tmp: Path, pg_server: PgDatabases, name: str,
-               content: list[dict[str, Any]]) -> Iterator[tuple[KnowledgeBase, KnowledgeBase]]:
+def open_pair(tmp: Path, pg_server: PgDatabases, name: str, content: list[dict[str, Any]], *,
+              optimize: bool = False) -> Iterator[tuple[KnowledgeBase, KnowledgeBase]]:
+    """A SQLite store and a PostgreSQL one holding `content` (with `optimize`, SQLite answers
+    from its committed tantivy index, not the delta); both closed and the database dropped."""
     db = f"hkb_congruence_{uuid.uuid4().hex[:10]}"
     url = pg_server.create_database(db, MIGRATED_DB)
     pair = (hybridkb.open(str(tmp / f"{name}.db"), embedder=HashingEmbedder(64)),
@@ -106,6 +108,8 @@ def _open_pair(tmp: Path, pg_server: PgDatabases, name: str,
     try:
         for kb in pair:
             kb.add_many(content)
+        if optimize:
+            pair[0].optimize()
         yield pair
     finally:
         for kb in pair:
@@ -117,7 +121,7 @@ def _open_pair(tmp: Path, pg_server: PgDatabases, name: str,
 def one_corpus(tmp_path_factory: pytest.TempPathFactory,
                pg_server: PgDatabases) -> Iterator[tuple[KnowledgeBase, KnowledgeBase]]:
     """SQLite and PostgreSQL holding the same items, all in one corpus."""
-    yield from _open_pair(tmp_path_factory.mktemp("congruence"), pg_server, "one",
+    yield from open_pair(tmp_path_factory.mktemp("congruence"), pg_server, "one",
                           items("main", N_ITEMS, 1))
 
 
@@ -125,7 +129,7 @@ def one_corpus(tmp_path_factory: pytest.TempPathFactory,
 def two_corpora(tmp_path_factory: pytest.TempPathFactory,
                 pg_server: PgDatabases) -> Iterator[tuple[KnowledgeBase, KnowledgeBase]]:
     """The same, with a second corpus beside the first."""
-    yield from _open_pair(tmp_path_factory.mktemp("congruence"), pg_server, "two",
+    yield from open_pair(tmp_path_factory.mktemp("congruence"), pg_server, "two",
                           items("main", N_ITEMS, 1) + items("side", N_SIDE, 2))
 
 

@@ -8,18 +8,16 @@ in every mode, vector hits included.
 from __future__ import annotations
 
 import random
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import MIGRATED_DB, PgDatabases
+from conftest import PgDatabases
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_congruence import assert_same
+from test_congruence import assert_same, open_pair
 
-import hybridkb
-from hybridkb import HashingEmbedder, KnowledgeBase, querysyntax, textquery
+from hybridkb import KnowledgeBase, querysyntax, textquery
 from hybridkb.model import Filters
 from hybridkb.querysyntax import TextMatch, Words
 
@@ -224,36 +222,21 @@ def _docs(titles: bool) -> list[dict[str, Any]]:
     return out
 
 
-def _pair(tmp: Any, pg_server: PgDatabases, docs: list[dict[str, Any]]
-          ) -> Iterator[tuple[KnowledgeBase, KnowledgeBase]]:
-    name = f"hkb_syntax_{uuid.uuid4().hex[:10]}"
-    url = pg_server.create_database(name, MIGRATED_DB)
-    stores = (hybridkb.open(str(tmp / "kb.db"), embedder=HashingEmbedder(64)),
-              hybridkb.open(url, embedder=HashingEmbedder(64)))
-    try:
-        for kb in stores:
-            kb.add_many(docs)
-        stores[0].optimize()  # SQLite answers from its committed tantivy index, not the delta
-        yield stores
-    finally:
-        for kb in stores:
-            kb.close()
-        pg_server.drop_database(name)
-
-
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory,
          pg_server: PgDatabases) -> Iterator[tuple[KnowledgeBase, KnowledgeBase]]:
     """SQLite and PostgreSQL holding the same untitled items in one corpus: the same BM25
     statistics and lengths, so the same scores."""
-    yield from _pair(tmp_path_factory.mktemp("syntax"), pg_server, _docs(titles=False))
+    yield from open_pair(tmp_path_factory.mktemp("syntax"), pg_server, "kb", _docs(titles=False),
+                         optimize=True)
 
 
 @pytest.fixture(scope="module")
 def titled(tmp_path_factory: pytest.TempPathFactory,
            pg_server: PgDatabases) -> Iterator[tuple[KnowledgeBase, KnowledgeBase]]:
     """The same with titles (each backend weighs a title its own way: scores differ)."""
-    yield from _pair(tmp_path_factory.mktemp("titled"), pg_server, _docs(titles=True))
+    yield from open_pair(tmp_path_factory.mktemp("titled"), pg_server, "kb", _docs(titles=True),
+                         optimize=True)
 
 
 SYNTAX_QUERIES = [
