@@ -218,7 +218,7 @@ class TextIndexSync:
         if len(delta) and why is None and self.folder and not os.access(self.folder, os.W_OK):
             why = "its folder cannot be written"
         if why:
-            notices.note(f"the text index lags the store by {len(delta)} writes ({why}); "
+            notices.note(f"the text index lags the store by {len(delta)} items ({why}); "
                          "searches read them from the store until it can be written")
         return delta
 
