@@ -1,5 +1,6 @@
-"""What the derived indexes share around their files: the folder's lock file (one process
-updates an index at a time) and closing indexes a process never closed before it exits."""
+"""What the derived indexes share around their files: the store's index folder, the lock
+file (one process updates an index at a time) and closing indexes a process never closed
+before it exits."""
 
 from __future__ import annotations
 
@@ -14,6 +15,19 @@ try:  # POSIX; elsewhere only one process may use a store's derived indexes at a
     import fcntl
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
+
+
+IGNORE_ALL = "*\n"
+
+
+def make_index_root(root: Path) -> None:
+    """The store's index folder, with a `.gitignore` of `*` in it: a store kept inside a git
+    work tree leaves its derived indexes (rebuildable, large) out of `git status`."""
+    root.mkdir(parents=True, exist_ok=True)
+    ignore = root / ".gitignore"
+    if not ignore.exists():
+        with contextlib.suppress(OSError):  # a read-only folder: the indexes matter, this does not
+            ignore.write_text(IGNORE_ALL, encoding="utf-8")
 
 
 class _Closable(Protocol):

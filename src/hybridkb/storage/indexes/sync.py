@@ -23,23 +23,10 @@ from typing import Any, Protocol
 from ...progress import ProgressFactory, no_progress
 from .. import notices
 from .health import Health, IndexUnavailable, engine_failure
-from .locks import _file_lock, close_at_exit
+from .locks import _file_lock, close_at_exit, make_index_root
 from .text import IndexUnusable, StateReader, TextIndex, read_state
 from .text_delta import TextDelta
 from .text_schema import TITLE_REPEAT, TextDoc, to_document
-
-IGNORE_ALL = "*\n"
-
-
-def make_index_root(root: Path) -> None:
-    """The store's index folder, with a `.gitignore` of `*` in it: a store kept inside a git
-    work tree leaves its derived indexes (rebuildable, large) out of `git status`."""
-    root.mkdir(parents=True, exist_ok=True)
-    ignore = root / ".gitignore"
-    if not ignore.exists():
-        with contextlib.suppress(OSError):  # a read-only folder: the indexes matter, this does not
-            ignore.write_text(IGNORE_ALL, encoding="utf-8")
-
 
 # Replay at most this many changed rows per pass; past this share of the store, a
 # rebuild (no deletes, one sequential scan) is cheaper than a replay.

@@ -36,8 +36,7 @@ from ...progress import ProgressFactory, no_progress
 from .. import asked, notices
 from . import vector_base, verify
 from .health import Health, IndexUnavailable, engine_failure
-from .locks import _file_lock, close_at_exit
-from .sync import make_index_root
+from .locks import _file_lock, close_at_exit, make_index_root
 from .vector_base import BaseUnusable, Batch, RowIds, Vector, VectorBase, Wanted
 from .vector_math import dot_rows
 
