@@ -84,6 +84,8 @@ def parser() -> argparse.ArgumentParser:
                         "product waits on busy cores; 0 keeps the library default")
     p.add_argument("--no-peers", action="store_true",
                    help="skip LanceDB and Chroma (measured when installed: pip install 'hybridkb[bench]')")
+    p.add_argument("--peers", default="lancedb,chroma",
+                   help="which installed peers to measure, comma-separated (default lancedb,chroma)")
     p.add_argument("--no-whatif", action="store_true",
                    help="skip re-measuring hybrid with a faster dedup and an in-memory BM25")
     return p
@@ -108,7 +110,7 @@ def options_from(args: argparse.Namespace) -> Options:
         profile=not args.no_profile,
         serve=not args.no_serve,
         whatif=not args.no_whatif,
-        peers=not args.no_peers,
+        peers=() if args.no_peers else tuple(p.strip() for p in args.peers.split(",") if p.strip()),
     )
 
 

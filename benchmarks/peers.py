@@ -153,7 +153,8 @@ def measure(workdir: Path, kb: Any, texts: Sequence[str], vectors: np.ndarray[An
             queries: Sequence[str], query_vectors: np.ndarray[Any, Any], exact: Any,
             our_vector: Callable[[np.ndarray[Any, Any]], list[int]],
             *, limit: int, warmup: int, hybridkb_ingest_s: float, hybridkb_first_fts_s: float,
-            hybridkb_bytes: int, log: Callable[[str], None] = print) -> dict[str, Any]:
+            hybridkb_bytes: int, names: Sequence[str] | None = None,
+            log: Callable[[str], None] = print) -> dict[str, Any]:
     """Build each installed peer, then time every engine's searches query by query.
     `our_vector(q)`: hybridkb's vector index's top `limit` as item positions (the peers'
     keys), for its recall (the pipeline's collapse of near-duplicates aside)."""
@@ -163,7 +164,7 @@ def measure(workdir: Path, kb: Any, texts: Sequence[str], vectors: np.ndarray[An
                                         "first_fts_s": round(hybridkb_first_fts_s, 4),
                                         "disk_bytes": hybridkb_bytes}}
     peers = []
-    for name in available():
+    for name in available() if names is None else names:
         log(f"peer {name}: ingest of {n:,} items (vectors given) and its indexes")
         peer = PEERS[name](workdir / f"peer-{name}-{n}")
         _, seconds = clock(peer.ingest, texts, vectors)

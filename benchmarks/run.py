@@ -60,7 +60,7 @@ class Options:
     profile: bool = True
     serve: bool = True  # the fresh-process serving measurement (cold query, RSS)
     whatif: bool = True  # re-measure hybrid with a faster dedup and an in-memory BM25
-    peers: bool = True  # LanceDB and Chroma beside hybridkb, when installed (peers.py)
+    peers: Sequence[str] = ("lancedb", "chroma")  # beside hybridkb, when installed (peers.py)
 
 
 def machine() -> dict[str, Any]:
@@ -195,8 +195,9 @@ def run_size(options: Options, data: BenchData, model: Embedder, n: int, log: Lo
         out["cold"] = _cold(options, kb, store, vec0, data, n)
         log(f"queries: {len(data.queries)} per mode after {options.warmup} warm-up")
         out["latency"], floor = _latency(options, kb, embedder, data, bm25, exact, fts5, ids)
-        if options.peers and peers.available():
-            log(f"peers in the same run: {', '.join(peers.available())}")
+        chosen = [p for p in peers.available() if p in options.peers]
+        if chosen:
+            log(f"peers in the same run: {', '.join(chosen)}")
             positions = {r: k for k, r in enumerate(_rowids(kb.backend._conn, ids))}
             area = SearchArea(None, Filters(), now_ts())
             out["peers"] = peers.measure(
@@ -204,7 +205,7 @@ def run_size(options: Options, data: BenchData, model: Embedder, n: int, log: Lo
                 lambda q: [positions[r] for r, _ in kb.backend.vector_search(q, area, options.limit)],
                 limit=options.limit, warmup=options.warmup, hybridkb_ingest_s=ingest_s,
                 hybridkb_first_fts_s=text_ready_s, hybridkb_bytes=out["size"]["footprint_bytes"],
-                log=log)
+                names=chosen, log=log)
         log("searches right after a write (an agent's remember, then recall)")
         out["after_write"] = _after_write(options, kb, data)
         if options.whatif:

@@ -151,3 +151,15 @@ def test_the_peers_run_beside_the_store_in_one_loop(tmp_path: Path) -> None:
         assert out["lancedb"]["fts"]["n"] == out["lancedb"]["hybrid"]["n"] == 12
     table = "\n".join(report.peers_table({"items": 300, "peers": out}))
     assert "| vector recall@10 (vs exact) |" in table and "hybridkb" in table
+
+
+def test_the_footprint_benchmark_sees_no_superseded_generation(tmp_path: Path) -> None:
+    from benchmarks import footprint
+
+    data = _dataset(tmp_path / "tiny", n_docs=40, n_queries=70)
+    out = footprint.measure(300, tmp_path / "stores", "hashing-32", datasets=[data], cache=False)
+    assert out["optimize"]["measured_on_asked"] == 0  # a flat base below 30k: nothing to measure
+    assert out["loaded"]["total"] > 0
+    assert out["reopened_and_searched"]["vector_index"] == out["loaded"]["vector_index"]
+    assert [n for n in out["vector_folder"] if n.startswith("g")] and len(out["vector_folder"]) == 2
+    assert not list((tmp_path / "stores").glob("footprint-*"))
