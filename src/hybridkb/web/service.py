@@ -88,6 +88,8 @@ class Service:
             raise InvalidInputError("query must be a string")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
             raise InvalidInputError(f"limit must be an integer from 1 to {MAX_LIMIT}")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise InvalidInputError(f"offset must be an integer >= 0, got {offset!r:.60}")
         if filters is not None and not isinstance(filters, Mapping):
             raise InvalidInputError("filters must be a JSON object")
         for name, value in (("corpora", corpora), ("kinds", kinds), ("languages", languages)):
