@@ -29,7 +29,7 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "hybridkb"
 MAX_LINES = 600
 
 PURE = {"errors", "model", "fusion", "dedup", "scoring", "textquery", "querysyntax", "labels", "progress",
-        "validation", "selection", "version", "snippets", "pathglob"}
+        "validation", "selection", "version", "snippets", "pathglob", "calibration"}
 FACE_PACKAGES = ("mcp", "evaluation", "ingest", "web", "adapters")
 FACE_MODULES = {"cli", "cli_options", "cli_common", "cli_index", "cli_progress", "cli_transfer", "config",
                 "mcp_server", "transfer", "background", "watch"}
@@ -81,7 +81,7 @@ def layer(name: str) -> str:
         return "embedding"
     if top == "pipeline":
         return "pipeline"
-    if top in ("store", "batches", "print_worker", "store_filters"):  # KnowledgeBase and its helpers
+    if top in ("store", "batches", "print_worker", "store_filters", "noise"):  # KnowledgeBase, helpers
         return "core"
     if top in FACE_MODULES or top in FACE_PACKAGES:
         return "face"

@@ -48,6 +48,12 @@ def test_every_corpus_beside_own_corpus(sets: tuple[Path, Path]) -> None:
         assert not any(ids and ids[0].startswith(("note-", "scratch-"))
                        for ids in (default.every.run or {}).values())
         assert default.every.scores["ndcg@10"] >= default.own.scores["ndcg@10"] - 0.1
+        # the distractor counts: queries where one outranks a hit containing a query word,
+        # queries whose top 10 it enters
+        n = report.datasets[name][1]
+        assert default.distractor_above is not None and 0 <= default.distractor_above <= n
+        assert default.distractor_top10 is not None and 0 <= default.distractor_top10 <= n
+        assert default.to_dict()["distractor_above_match"] == default.distractor_above
         # rank interleaving puts another corpus's first hit second: it must lose more
         rrf = rows[(name, "rrf", True)]
         assert rrf.every.scores["ndcg@10"] < default.every.scores["ndcg@10"]

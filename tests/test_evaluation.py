@@ -184,9 +184,9 @@ def test_load_beir_layout(tmp_path: Path) -> None:
 def test_plan_runs_defaults_and_options() -> None:
     specs = plan_runs(EvalOptions())
     assert [(s.mode, s.fusion) for s in specs] == [
-        ("fts", None), ("vector", None), ("hybrid", "rrf"), ("hybrid", "convex"),
-        ("hybrid", "dbsf"), ("hybrid", DEFAULT_FUSION)]
-    assert [s.default for s in specs] == [False] * 5 + [True]
+        ("fts", None), ("vector", None), ("hybrid", "calibrated"), ("hybrid", "rrf"),
+        ("hybrid", "convex"), ("hybrid", "dbsf"), ("hybrid", DEFAULT_FUSION)]
+    assert [s.default for s in specs] == [False] * 6 + [True]
     assert specs[-1].weights == DEFAULT_WEIGHTS
     sweep = plan_runs(EvalOptions(modes=["hybrid"], fusions=["rrf", "dbsf"], weights=[(1, 1), (1, .5)],
                                   rrf_ks=[60, 20], bm25_weights=[None, (2, 1)], default_row=False))
@@ -319,3 +319,28 @@ def test_real_model_tiny_slice(tmp_path: Path, cache: EmbeddingCache) -> None:
     entry = next(cache.root.glob("*/queries-*.npy"))
     cached = np.load(entry)
     assert np.allclose(cached[0], model.embed_query(data.queries[0].text), atol=1e-6)
+
+
+def test_identifier_evaluation_over_an_installed_package() -> None:
+    """The --identifiers harness: names the source defines, judged by the chunks holding them
+    (the defining chunk graded 2), run here by full text only (no model)."""
+    from hybridkb.evaluation.identifiers import evaluate_identifiers, format_identifiers, judgments
+
+    report = evaluate_identifiers(None, EvalOptions(modes=["fts"], default_row=False),
+                                  packages=("pathspec",))
+    assert report.packages["pathspec"] and report.chunks > 20 and report.queries > 10
+    (row,) = report.rows
+    assert row.row.scores["ndcg@10"] > 0.5 and 0.5 < row.contains_share <= 1.0
+    assert "identifiers:" in format_identifiers(report)
+    assert report.to_dict()["results"][0]["top10_contains"] == round(row.contains_share, 6)
+
+    class Chunk:
+        def __init__(self, id: str, text: str, path: str, lines: tuple[int, int]) -> None:
+            self.id, self.text, self.corpus = id, text, "c"
+            self.metadata = {"path": path, "start_line": lines[0], "end_line": lines[1]}
+
+    chunks = [Chunk("a", "def load_all(x):\n    return x", "m.py", (1, 2)),
+              Chunk("b", "y = load_all(1)  # not load_all_items", "m.py", (3, 3)),
+              Chunk("c", "load_allx = 2", "n.py", (1, 1))]
+    assert judgments(chunks, {"load_all": [("c", "m.py", 1)], "gone": [("c", "m.py", 9)]}) == {
+        "load_all": {"a": 2, "b": 1}}

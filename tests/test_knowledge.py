@@ -7,7 +7,7 @@ import time
 import pytest
 
 from hybridkb import KnowledgeBase, ScorePolicy
-from hybridkb.scoring import DAY_S
+from hybridkb.scoring import DAY_S, boosted_by
 
 POLICY_OFF = ScorePolicy.off()
 
@@ -61,23 +61,24 @@ def test_min_score_is_normalized(kb: KnowledgeBase) -> None:
     kb.add_many([{"text": f"unrelated words number {i}"} for i in range(10)])
     everything = kb.search("exact phrase match", score_policy=POLICY_OFF)
     assert len(everything) > 1
-    strict = kb.search("exact phrase match", min_score=0.9, score_policy=POLICY_OFF)
-    assert strict.ids == ["top"]  # found first by both retrievers: normalized score 1.0
+    strict = kb.search("exact phrase match", min_score=0.5, score_policy=POLICY_OFF)
+    assert strict.ids == ["top"]  # every term, first in both retrievers: a likely answer
+    assert all(h.score < 0.2 for h in everything.hits[1:])  # the others share no word
     assert kb.search("exact phrase match", min_score=0.0).ids == everything.ids
 
 
 def test_type_weight_reorders_and_shows(kb: KnowledgeBase) -> None:
-    kb.add("bazel caching", id="best")  # first in both lists: relevance 1.0, which no boost passes
+    kb.add("bazel caching", id="best")  # first in both lists, every term: the strongest evidence
     kb.add("the build uses bazel for caching in the monorepo", id="note", kind="temp_note")
     kb.add("the build uses bazel for caching in the monorepo!", id="dec", kind="decision")
     result = kb.search("bazel caching", dedup_threshold=None)
     assert result.ids == ["best", "dec", "note"]
     dec, note = result.hits[1], result.hits[2]
     assert dec.boosts["type"] == 2.0 and note.boosts["type"] == 0.3
-    # the factors apply to the relevance as relevance ** (1 / product), staying in [0, 1]
-    assert dec.score == pytest.approx(dec.relevance ** (1 / (2.0 * 1.15)))
-    assert note.score == pytest.approx(note.relevance ** (1 / (0.3 * 1.15)))
-    assert 0.0 < note.score < dec.score < result.hits[0].score == 1.0
+    # the factors multiply the relevance's odds, staying in [0, 1]
+    assert dec.score == pytest.approx(boosted_by(dec.relevance, 2.0 * 1.15))
+    assert note.score == pytest.approx(boosted_by(note.relevance, 0.3 * 1.15))
+    assert 0.0 < note.score < dec.score < result.hits[0].score <= 1.0
     off = kb.search("bazel caching", dedup_threshold=None,
                     score_policy=ScorePolicy(type_weights={"decision": 1.0, "temp_note": 5.0}))
     assert off.ids == ["best", "note", "dec"]
@@ -96,7 +97,7 @@ def test_hits_sharing_factors_each_get_their_own(kb: KnowledgeBase) -> None:
     assert hits["d3"].boosts == {"type": 2.0}
     hits["d1"].boosts["type"] = 99.0
     assert hits["d2"].boosts["type"] == 2.0
-    assert hits["d3"].score == pytest.approx(hits["d3"].relevance ** (1 / 2.0))
+    assert hits["d3"].score == pytest.approx(boosted_by(hits["d3"].relevance, 2.0))
 
 
 def test_recency_boost_but_old_relevant_item_surfaces(kb: KnowledgeBase) -> None:

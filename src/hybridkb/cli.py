@@ -144,7 +144,8 @@ def format_hits(result: SearchResult, explain: bool, *, ansi: bool = False,
     if not result.hits:
         return f"no results (answered by: {result.answered_by})"
     terms = query_terms(result.query)
-    lines = [f"answered by: {result.answered_by}"] + [f"note: {n}" for n in result.notes]
+    lines = [f"answered by: {result.answered_by}; confidence: {result.confidence}"]
+    lines += [f"note: {n}" for n in result.notes]
     for rank, hit in enumerate(result.hits, start=1):
         start = f"{rank:>3}. {hit.score:.3f}  "
         if hit.path is not None and hit.start_line is not None:
@@ -165,6 +166,11 @@ def format_hits(result: SearchResult, explain: bool, *, ansi: bool = False,
             boosts = " ".join(f"{k}×{v:.3f}" for k, v in hit.boosts.items()) or "none"
             lines.append(f"      {', '.join(parts)} -> fused {hit.fusion_score:.5f}, "
                          f"relevance {hit.relevance:.4f}; boosts {boosts}; score {hit.score:.4f}")
+            ev = hit.evidence
+            if ev:
+                lines.append(f"      evidence: coverage {ev['coverage']:.2f}, bm25 {ev['bm25']:.2f}, "
+                             f"vector {ev['vector']:.2f}, cosine z {ev['cosine_z']:.2f} -> "
+                             f"calibrated {ev['calibrated']:.4f}")
     return "\n".join(lines)
 
 
@@ -360,7 +366,7 @@ def demo(ctx: Context, query: str, limit: int) -> None:
 
 
 @cli.command(name="eval")
-@click.option("--dataset", "datasets", required=True, multiple=True,
+@click.option("--dataset", "datasets", multiple=True,
               type=click.Path(exists=True, file_okay=False),
               help="A BEIR-layout folder: corpus.jsonl[.gz], queries.jsonl, qrels/<split>.tsv. "
                    "Repeat it: several sets as corpora of one store (see docs/benchmarks.md).")
@@ -387,6 +393,10 @@ def demo(ctx: Context, query: str, limit: int) -> None:
 @click.option("--query-typos", is_flag=True, help="Misspell half of each query's longer words.")
 @click.option("--merge", "merges", multiple=True, help="Several datasets: relevance, rrf (or both).")
 @click.option("--no-distractors", is_flag=True, help="Several datasets: no distractor corpora.")
+@click.option("--identifiers", is_flag=True, help="Instead of a dataset: the identifier evaluation "
+              "(function and class names of installed packages' source, see docs/benchmarks.md).")
+@click.option("--package", "packages", multiple=True, help="With --identifiers: the packages to "
+              "index (repeatable; default click and tqdm).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write cached embeddings.")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the JSON report to this file.")
@@ -399,11 +409,13 @@ def eval_(ctx: Context, datasets: tuple[str, ...], split: str, modes: tuple[str,
           max_queries: int | None, ignore_identical_ids: bool, scope_by: str | None,
           depth: int | None, target: str | None, no_default_row: bool, near_duplicates: bool,
           query_typos: bool,
-          merges: tuple[str, ...], no_distractors: bool, no_cache: bool,
-          output: Path | None, as_json: bool) -> None:
+          merges: tuple[str, ...], no_distractors: bool, identifiers: bool,
+          packages: tuple[str, ...], no_cache: bool, output: Path | None, as_json: bool) -> None:
     """Measure nDCG@10, Recall@100, MRR@10 and latency on a BEIR dataset, per mode and fusion.
 
-    Several --dataset: each set's queries over its own corpus and over every corpus.
+    Several --dataset: each set's queries over its own corpus and over every corpus, and
+    how often the distractor corpora outrank a matching document. --identifiers: names
+    defined in installed packages' source as queries.
     Embeddings are cached in $HYBRIDKB_CACHE (default ~/.cache/hybridkb/embeddings).
     """
     from .embedding import get_embedder
@@ -428,7 +440,15 @@ def eval_(ctx: Context, datasets: tuple[str, ...], split: str, modes: tuple[str,
     needs_model = any(m != "fts" for m in options.modes)
     model = get_embedder(ctx.embedder) if needs_model else None
     cache = None if no_cache else EmbeddingCache()
-    if len(datasets) > 1:
+    if identifiers == bool(datasets):
+        raise InvalidInputError("give --dataset (one or more) or --identifiers")
+    if identifiers:
+        from .evaluation import identifiers as code_eval
+
+        found = code_eval.evaluate_identifiers(model, options, cache=cache, progress=progress_bar,
+                                               packages=packages or code_eval.PACKAGES)
+        data, text = found.to_dict(), code_eval.format_identifiers(found)
+    elif len(datasets) > 1:
         from .evaluation import multi
 
         many = multi.evaluate_multi(datasets, model, options, cache=cache, progress=progress_bar)

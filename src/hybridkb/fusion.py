@@ -15,8 +15,10 @@ from .model import Key
 RRF_K = 60  # Cormack, Clarke & Büttcher (2009): k = 60, ranks 1-based.
 
 # The search defaults (fusion, and weights for fts and vector), chosen by the evaluation
-# harness: see docs/benchmarks.md for the measurements behind them.
-DEFAULT_FUSION = "dbsf"
+# harness: see docs/benchmarks.md for the measurements behind them. "calibrated" ranks by
+# the calibrated relevance of each candidate (calibration.py; run by the pipeline, which
+# holds the texts it reads); the weights apply to the rank fusions.
+DEFAULT_FUSION = "calibrated"
 DEFAULT_WEIGHTS = (0.6, 0.4)
 # How a search over several corpora merges them: "relevance" (one list per retriever over
 # all of them, fused once, so hits compete on comparable scores) or "rrf" (each corpus
@@ -141,7 +143,8 @@ def dbsf(lists: Sequence[Scored], *, weights: Sequence[float] | None = None) -> 
     return _normalized_sum(lists, weights, _distribution)[0]
 
 
-FUSIONS = ("rrf", "convex", "dbsf")
+FUSIONS = ("calibrated", "rrf", "convex", "dbsf")
+RANK_FUSIONS = ("rrf", "convex", "dbsf")  # what `fuse` computes from the lists alone
 
 
 def fuse(
@@ -155,7 +158,7 @@ def fuse(
         return convex(lists, weights=weights)
     if method == "dbsf":
         return dbsf(lists, weights=weights)
-    raise InvalidInputError(f"unknown fusion {method!r}; choose one of {', '.join(FUSIONS)}")
+    raise InvalidInputError(f"unknown fusion {method!r}; choose one of {', '.join(RANK_FUSIONS)}")
 
 
 def best_possible(

@@ -270,10 +270,12 @@ class Hit:
     created_at: float | None = None
     retrievers: dict[str, RetrieverHit] = field(default_factory=dict)
     fusion_score: float = 0.0
-    relevance: float = 0.0  # fused score / best possible in the same search, before boosts
+    relevance: float = 0.0  # before boosts: calibrated (default fusion), else fused / best possible
     boosts: dict[str, float] = field(default_factory=dict)
     alternate_sources: list[dict[str, str]] = field(default_factory=list)
     rerank_score: float | None = None  # the rerank stage's relevance in [0, 1], when it ran
+    # The calibration's inputs and its output, the calibrated relevance (docs/scoring.md).
+    evidence: dict[str, float] = field(default_factory=dict)
 
     @property
     def found_by(self) -> tuple[str, ...]:
@@ -314,6 +316,7 @@ class Hit:
                     name: {"rank": r.rank, "score": r.score} for name, r in self.retrievers.items()
                 },
                 "fusion_score": self.fusion_score,
+                "calibration": self.evidence,
                 "relevance": self.relevance,
                 "boosts": self.boosts,
                 "final_score": self.score,
@@ -323,13 +326,16 @@ class Hit:
 
 @dataclass(slots=True)
 class SearchResult:
-    """Hits plus which path answered (hybrid, fts, vector, substring, or none)."""
+    """Hits plus which path answered (hybrid, fts, vector, substring, or none) and how
+    likely the best of them answers: `confidence` "high" (calibrated relevance >= 0.5),
+    "low" (>= 0.2) or "none" (below, or no hit: nothing relevant found)."""
 
     hits: list[Hit]
     answered_by: str
     mode: str
     query: str
     notes: list[str] = field(default_factory=list)
+    confidence: str = "none"
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         return iter(self.hits)
@@ -344,5 +350,6 @@ class SearchResult:
     def to_dict(self, *, explain: bool = False) -> dict[str, Any]:
         return {
             "query": self.query, "mode": self.mode, "answered_by": self.answered_by,
-            "notes": self.notes, "hits": [h.to_dict(explain=explain) for h in self.hits],
+            "confidence": self.confidence, "notes": self.notes,
+            "hits": [h.to_dict(explain=explain) for h in self.hits],
         }

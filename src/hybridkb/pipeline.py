@@ -15,11 +15,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from . import dedup, querysyntax, textquery
+from . import calibration, dedup, querysyntax, textquery
 from . import fusion as fusion_lib
 
 __all__ = ["DEFAULT_FUSION", "DEFAULT_MERGE", "DEFAULT_WEIGHTS", "MERGES", "SearchPlan", "dedup",
            "fusion_lib", "run"]
+from .calibration import Background, Evidence
 from .errors import InvalidInputError
 from .labels import source_label
 from .model import MODES, Filters, Hit, RetrieverHit, SearchResult, StoredItem
@@ -109,8 +110,10 @@ class _Candidate:
     fused: float  # the fused score, or under merge="rrf" the cross-corpus RRF score
     owner: _Group  # the group it was fused in (its retrievers' ranks are read from there)
     alternates: list[Key] = field(default_factory=list)
-    relevance: float = 0.0  # fused / best possible in its list group, in [0, 1]
+    relevance: float = 0.0  # calibrated, or fused / best possible in its list group; in [0, 1]
     merged: bool = False  # ranked by the cross-corpus RRF score (merge="rrf")
+    evidence: Evidence | None = None
+    calibrated: float = 0.0  # the calibrated relevance, whatever the fusion
 
 
 @dataclass(slots=True)
@@ -123,11 +126,14 @@ class _Group:
     best: float  # the best fused score possible in this group
     lists: dict[str, ScoredKeys]  # each retriever's list after its head's collapse
     alternates: dict[Key, list[Key]]  # survivor -> the copies its lists' collapse absorbed
+    judge: _Judge
     _ranks: dict[str, dict[Key, int]] | None = None  # list -> key -> its place (from 0)
 
-    def candidate(self, doc: Key) -> _Candidate:
+    def candidate(self, doc: Key, item: StoredItem) -> _Candidate:
         score = self.fused[doc]
-        return _Candidate(score, self, list(self.alternates.get(doc, ())), relevance(score, self.best))
+        ev, calibrated = self.judge.of(doc, item)
+        return _Candidate(score, self, list(self.alternates.get(doc, ())), relevance(score, self.best),
+                          evidence=ev, calibrated=calibrated)
 
     def retrievers(self, doc: Key) -> dict[str, RetrieverHit]:
         """Where each list placed `doc` (asked for the page's hits only)."""
@@ -136,6 +142,40 @@ class _Group:
                            for name, scored in self.lists.items()}
         return {name: RetrieverHit(rank=at + 1, score=self.lists[name][at][1])
                 for name, ranks in self._ranks.items() if (at := ranks.get(doc)) is not None}
+
+
+class _Judge:
+    """Each candidate's evidence and calibrated relevance, from one group's lists."""
+
+    def __init__(self, lists: dict[str, ScoredKeys], terms: Sequence[Sequence[str]],
+                 background: Background | None) -> None:
+        self.terms, self.background = terms, background
+        self.kind = calibration.kind_of("fts" in lists or "substring" in lists, "vector" in lists)
+        self.bounds = {name: calibration.dbsf_bounds(s for _, s in scored)
+                       for name, scored in lists.items() if scored}
+        self.scores = {name: {d: s for d, s in reversed(scored)} for name, scored in lists.items()}
+        vec = lists.get("vector") or []
+        self.floor = vec[-1][1] if vec else None  # a cosine below the list's last, at most this
+        self._known: dict[Key, tuple[Evidence, float]] = {}
+
+    def of(self, doc: Key, item: StoredItem) -> tuple[Evidence, float]:
+        known = self._known.get(doc)
+        if known is None:
+            known = self._known[doc] = self._judge(doc, item)
+        return known
+
+    def _judge(self, doc: Key, item: StoredItem) -> tuple[Evidence, float]:
+        text_name = "fts" if "fts" in self.scores else "substring"
+        bm25 = self.scores.get(text_name, {}).get(doc)
+        cosine = self.scores.get("vector", {}).get(doc)
+        text = f"{item.title} {item.text}" if item.title else item.text
+        ev = Evidence(
+            coverage=calibration.coverage(self.terms, text),
+            bm25=0.0 if bm25 is None else calibration.scaled(bm25, self.bounds[text_name]),
+            vector=0.0 if cosine is None else calibration.scaled(cosine, self.bounds["vector"]),
+            cosine_z=calibration.cosine_z(cosine if cosine is not None else self.floor or 0.0,
+                                          self.background) if "vector" in self.scores else 0.0)
+        return ev, calibration.relevance(ev, self.kind)
 
 
 QueryEmbedder = Callable[[str], Vector]
@@ -157,14 +197,17 @@ def run(
     plan: SearchPlan, backend: Backend, *, corpora: Sequence[str], now: float,
     embed_query: QueryEmbedder | None, labels: dict[str, str] | None = None,
     notes: Sequence[str] = (), rerank: Reranker | None = None, place: Placer | None = None,
+    background: Background | None = None,
 ) -> SearchResult:
     """Execute a validated plan over `corpora` (already resolved by the caller). What the
     store notes meanwhile (an index that could not answer as it should) joins `notes`.
     `place(filters, corpora)` reads the filters (the query's own `path:` and such joined in)
-    against the store before the retrievers run (store_filters.py)."""
+    against the store before the retrievers run (store_filters.py). `background` is the
+    store's noise cosine (noise.py), which the calibrated relevance judges against."""
     with notices.collecting() as noted:
         result = _run(plan, backend, corpora=corpora, now=now, embed_query=embed_query,
-                      labels=labels, notes=notes, rerank=rerank, place=place)
+                      labels=labels, notes=notes, rerank=rerank, place=place,
+                      background=background)
     result.notes.extend(n for n in noted if n not in result.notes)
     return result
 
@@ -172,7 +215,7 @@ def run(
 def _run(
     plan: SearchPlan, backend: Backend, *, corpora: Sequence[str], now: float,
     embed_query: QueryEmbedder | None, labels: dict[str, str] | None, notes: Sequence[str],
-    rerank: Reranker | None, place: Placer | None,
+    rerank: Reranker | None, place: Placer | None, background: Background | None,
 ) -> SearchResult:
     labels = labels or {}
     result_notes = list(notes)
@@ -235,11 +278,13 @@ def _run(
 
     head, pool = _heads(plan)
     heads = {d for per in lists.values() for sc in per.values() for d, _ in sc[:head]}
-    _fetch(backend, items, heads | _pool_ahead(lists, pool))
+    calibrated = plan.fusion == "calibrated"  # every list's first `pool` are candidates: read them
+    _fetch(backend, items, heads | (_list_heads(lists, pool) if calibrated else _pool_ahead(lists, pool)))
 
     vectors = _vectors(backend, items, heads) if plan.dedup_cosine is not None else {}
     token_sets: dict[Key, frozenset[str]] = {}  # each text tokenized once per search (dedup)
-    fused_groups = [_fuse_group(plan, lists[g], items, vectors, token_sets) for g in groups]
+    fused_groups = [_fuse_group(plan, lists[g], items, vectors, token_sets, text_query.terms, background)
+                    for g in groups]
 
     merged_scores: dict[Key, float] = {}
     if len(fused_groups) > 1:  # merge="rrf": each corpus gets equal say
@@ -250,15 +295,16 @@ def _run(
         order = fused_groups[0].order if fused_groups else []
 
     order = order[:pool]
+    _fetch(backend, items, set(order))  # nothing left to read unless lists were fused
+    order = [doc for doc in order if doc in items]  # gone since retrieval: deleted meanwhile
     candidates: dict[Key, _Candidate] = {}
     only = fused_groups[0] if len(fused_groups) == 1 else None
     for doc in order:
         owner = only if only is not None else next(fg for fg in fused_groups if doc in fg.fused)
-        cand = candidates[doc] = owner.candidate(doc)
-        if merged_scores:
+        cand = candidates[doc] = owner.candidate(doc, items[doc])
+        if merged_scores:  # the interleaving's score, as a share of a corpus's first place
             cand.fused, cand.merged = merged_scores[doc], True
-    _fetch(backend, items, set(order))  # nothing left to read unless lists were fused
-    order = [doc for doc in order if doc in items]  # gone since retrieval: deleted meanwhile
+            cand.relevance = min(1.0, merged_scores[doc] * (plan.rrf_k + 1))
     # Each list was collapsed apart; copies that survived in different lists (or corpora)
     # meet here.
     order, absorbed = _collapse(plan, order, items, vectors,
@@ -282,8 +328,17 @@ def _run(
         ranked, reranked = _rerank(rerank, parsed.embed_text, ranked, items)
     page = [_hit(doc, candidates[doc], items, boosts, labels, reranked.get(doc))
             for doc in ranked[plan.offset : plan.offset + plan.limit]]
+    best = max((candidates[d].calibrated for d in ranked), default=None)
+    confidence = calibration.confidence(best)
+    if confidence == "none" and best is not None:
+        result_notes.append(f"no confident match: best calibrated relevance {best:.2f}")
     return SearchResult(hits=page, answered_by=answered, mode=plan.mode, query=plan.query,
-                        notes=result_notes)
+                        notes=result_notes, confidence=confidence)
+
+
+def _list_heads(lists: dict[tuple[str, ...], dict[str, ScoredKeys]], pool: int) -> set[Key]:
+    """Every list's first `pool`: the candidates a calibrated fusion judges."""
+    return {d for per in lists.values() for sc in per.values() for d, _ in sc[:pool]}
 
 
 def _rerank(rerank: Reranker, query: str, ranked: list[Key],
@@ -343,6 +398,7 @@ def _answered_by(lists: dict[tuple[str, ...], dict[str, ScoredKeys]]) -> str:
 def _fuse_group(
     plan: SearchPlan, per: dict[str, ScoredKeys], items: dict[Key, StoredItem],
     vectors: dict[Key, Vector], token_sets: dict[Key, frozenset[str]],
+    terms: Sequence[Sequence[str]], background: Background | None,
 ) -> _Group:
     """Collapse each list's head and fuse the lists."""
     names, scored_lists, weights = [], [], []
@@ -361,13 +417,19 @@ def _fuse_group(
             alt = alternates.setdefault(survivor, [])
             alt.extend(a for a in others if a not in alt)
     lists = dict(zip(names, scored_lists, strict=True))
+    judge = _Judge(lists, terms, background)
     present = [i for i, s in enumerate(scored_lists) if s]
     if not present:
-        return _Group([], {}, 0.0, lists, alternates)
+        return _Group([], {}, 0.0, lists, alternates, judge)
+    if plan.fusion == "calibrated":  # rank every list's first `pool` by calibrated relevance
+        keys = dict.fromkeys(d for scored in scored_lists for d, _ in scored[:pool] if d in items)
+        scores = {d: judge.of(d, items[d])[1] for d in keys}
+        order = sorted(scores, key=lambda d: (-scores[d], items[d].id))[:pool]
+        return _Group(order, scores, 1.0, lists, alternates, judge)
     fused, best = fusion_lib.fuse_with_best(
         plan.fusion, [scored_lists[i] for i in present], weights=[weights[i] for i in present],
         k=plan.rrf_k, top=pool)
-    return _Group([doc for doc, _ in fused], dict(fused), best, lists, alternates)
+    return _Group([doc for doc, _ in fused], dict(fused), best, lists, alternates, judge)
 
 
 def _collapse(
@@ -416,10 +478,10 @@ class _Boosts:
 
 
 def _final(cand: _Candidate, boost: tuple[dict[str, float], float]) -> tuple[float, float]:
-    """(the score shown, the key ranked by): both the boosted relevance when merging by
-    relevance; under merge="rrf" the ranking key is the boosted cross-corpus RRF score."""
+    """(the score shown, the key ranked by): the boosted relevance, both (under merge="rrf"
+    the relevance is the interleaving's, so the page stays in score order)."""
     shown = boosted_by(cand.relevance, boost[1])
-    return shown, (apply(cand.fused, boost[0]) if cand.merged else shown)
+    return shown, shown
 
 
 def _hit(
@@ -432,6 +494,7 @@ def _hit(
         id=item.id, corpus=item.corpus, text=item.text, title=item.title, kind=item.kind,
         score=boosted_by(cand.relevance, product), relevance=cand.relevance,
         fusion_score=cand.fused, boosts=dict(factors),
+        evidence={**(cand.evidence.to_dict() if cand.evidence else {}), "calibrated": cand.calibrated},
         source_label=_label(item, labels), source_url=item.source_url,
         metadata=item.metadata, created_at=item.created_at, retrievers=cand.owner.retrievers(doc),
         alternate_sources=[{"id": items[a].id, "source": _label(items[a], labels)}

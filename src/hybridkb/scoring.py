@@ -1,12 +1,14 @@
 """The score a user reads, and the policy applied to it: type weights, access and recency
 boosts. Pure.
 
-A hit's score is its relevance in [0, 1]: the fused score as a share of the best fused
-score the same search could give (an item first, with the strongest score, in every
-retriever that answered). The policy's factors multiply into one factor f per item,
-applied as relevance ** (1 / f): a boost (f > 1) lifts a score towards 1, a penalty
-(f < 1) lowers it towards 0, 0 and 1 stay put, and the order of items with equal
-factors never changes. Every factor can be switched off and applies only where the item
+A hit's score is its relevance in [0, 1]: by default the calibrated relevance, an
+estimated probability (calibration.py); under the rank fusions the fused score as a share
+of the best fused score the same search could give. The policy's factors multiply into
+one factor f per item, which multiplies the relevance's odds: r -> f·r / (1 - r + f·r).
+A boost (f > 1) lifts a score towards 1, a penalty (f < 1) lowers it towards 0, 0 and 1
+stay put, the order of items with equal factors never changes, and a weak hit stays
+weak (a decision at 0.02 scores 0.04, not a confident answer).
+Every factor can be switched off and applies only where the item
 has the field it reads; an item without a kind keeps weight 1.0.
 """
 
@@ -72,13 +74,15 @@ def relevance(fused: float, best: float) -> float:
 
 
 def boosted(relevance: float, factors: Mapping[str, float]) -> float:
-    """A relevance in [0, 1] under the policy's factors: relevance ** (1 / product), in [0, 1]."""
+    """A relevance in [0, 1] under the policy's factors: its odds times their product."""
     return boosted_by(relevance, apply(1.0, factors))
 
 
 def boosted_by(relevance: float, product: float) -> float:
-    """`boosted` given the product of the factors."""
+    """`boosted` given the product of the factors: f·r / (1 - r + f·r), in [0, 1]."""
     r = min(1.0, max(0.0, relevance))
-    if product <= 0:
+    if product <= 0 or r <= 0:
         return 0.0
-    return r ** (1.0 / product) if r > 0 else 0.0
+    if r >= 1.0:
+        return 1.0
+    return product * r / (1.0 - r + product * r)

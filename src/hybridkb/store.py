@@ -11,7 +11,7 @@ from dataclasses import replace as dc_replace
 from datetime import timedelta
 from typing import Any
 
-from . import batches, pipeline, selection, store_filters, validation
+from . import batches, noise, pipeline, selection, store_filters, validation
 from .embedding import Embedder, content_hash
 from .errors import EmbedderMismatchError, InvalidInputError, NotFoundError, StoreError
 from .model import (
@@ -69,6 +69,7 @@ class KnowledgeBase:
         self._asked = asked.QuerySampler(lambda rows, closing: backend.keep_query_vectors(  # asked.py
             rows, now_ts(), measure=not closing), enabled=bool(sample_queries))
         self.score_policy = score_policy or ScorePolicy()
+        self._noise = noise.NoiseFloor()  # the background cosine calibration judges against
         self.embed_mode = validation.check_embed_mode(embed)
         self._vector_problem: EmbedderMismatchError | None = None
         if backend.newer_schema is not None:
@@ -424,9 +425,11 @@ class KnowledgeBase:
             if embed is not None and self.backend.ids_missing_vectors(1):
                 notes.append(f"{self.awaiting_embedding()} item(s) awaiting embedding: found by full "
                              f"text only until embedded (`hybridkb embed`)")
+            bg = None if embed is None or self.embedder is None else self._noise.get(
+                self.backend, self.embedder.model_id, self.embedder.embed_query, self.corpora(), now_ts())
             result = pipeline.run(plan, self.backend, corpora=names, now=now_ts(), embed_query=embed,
                                   labels=self.label_templates(), notes=notes, rerank=self.reranker,
-                                  place=reading.place)
+                                  place=reading.place, background=bg)
             reading.check(result.hits)  # a typo in a kind or language finds nothing: say so
         if touch and result.hits:
             self.backend.touch([h.id for h in result.hits], now_ts())

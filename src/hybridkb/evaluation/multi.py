@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .. import calibration, textquery
 from ..embedding import Embedder
 from ..errors import InvalidInputError
 from . import metrics, runner
@@ -50,6 +51,10 @@ class MultiRow:
     own: RowResult
     every: RowResult
     condensed: dict[str, float]  # every-corpus ranking without other corpora's hits
+    # Queries where a distractor item ranks above a hit that contains a query word, and
+    # queries whose top 10 a distractor enters (None without distractors).
+    distractor_above: int | None = None
+    distractor_top10: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in self.every.to_dict().items() if k not in runner.METRIC_NAMES}
@@ -59,6 +64,8 @@ class MultiRow:
             out[f"every_{name}"] = round(self.every.scores[name], 6)
             out[f"condensed_{name}"] = round(self.condensed[name], 6)
         out["own_p50_ms"] = round(self.own.p50_ms, 3)
+        out["distractor_above_match"] = self.distractor_above
+        out["distractor_in_top10"] = self.distractor_top10
         return out
 
 
@@ -124,12 +131,46 @@ def evaluate_multi(
                              for i, t in enumerate(NEAR_EMPTY)])
             report.index_seconds = time.perf_counter() - start
             report.corpora = kb.corpora()
+        words = _Words(per, o.distractors)
         for bm25 in dict.fromkeys(s.bm25_weights for s in base):
             with runner._open(target, searcher, bm25) as kb:
                 for spec in (s for s in base if s.bm25_weights == bm25):
                     for data, queries, _ in per:
-                        report.rows.extend(_rows(kb, spec, data, queries, o))
+                        report.rows.extend(_rows(kb, spec, data, queries, o, words))
     return report
+
+
+class _Words:
+    """The word sets of every stored item by the id a run names it with, and which items
+    are distractors: enough to ask whether a distractor outranks a matching document."""
+
+    def __init__(self, per: Sequence[tuple[Dataset, list[Query], Any]], distractors: bool) -> None:
+        self.distractors = ({n["id"] for n in NOTES} | {f"scratch-{i}" for i in range(len(NEAR_EMPTY))}
+                            if distractors else set())
+        self._texts: dict[str, str] = {}
+        for data, _, _ in per:
+            for doc in data.corpus:
+                self._texts[_prefix(data) + doc.id] = f"{doc.title or ''} {doc.text}"
+
+    def matches(self, stored_id: str, words: set[str]) -> bool:
+        text = self._texts.get(stored_id)
+        return text is not None and not words.isdisjoint(calibration.tokens(text))
+
+    def counts(self, run: dict[str, list[str]], queries: Sequence[Query], own: set[str],
+               prefix: str) -> tuple[int, int]:
+        """(queries with a distractor above a hit containing a query word, queries with a
+        distractor in their top 10). `run` names the set's own documents without `prefix`."""
+        above = top10 = 0
+        for query in queries:
+            ranked = run.get(query.id, [])
+            first = next((i for i, d in enumerate(ranked) if d in self.distractors), None)
+            if first is None:
+                continue
+            top10 += first < 10
+            words = set(textquery.parse(query.text).words)
+            above += any(self.matches(prefix + d if d in own else d, words)
+                         for d in ranked[first + 1:])
+        return above, top10
 
 
 def _corpus(data: Dataset) -> str:
@@ -148,7 +189,7 @@ def _scope(query: Query, key: str | None) -> dict[str, Any] | None:
 
 
 def _rows(kb: Any, spec: RunSpec, data: Dataset, queries: list[Query],
-          o: EvalOptions) -> list[MultiRow]:
+          o: EvalOptions, words: _Words) -> list[MultiRow]:
     qrels = {q.id: data.qrels[q.id] for q in queries}
     scopes = [_scope(q, o.scope_by) for q in queries]
     own = runner._run_row(kb, spec, queries, qrels, scopes, [_corpus(data)], o, _prefix(data))
@@ -161,9 +202,10 @@ def _rows(kb: Any, spec: RunSpec, data: Dataset, queries: list[Query],
         assert every.run is not None
         condensed = metrics.evaluate(
             {q: [d for d in ranked if d in ids] for q, ranked in every.run.items()}, qrels)
+        above, top10 = words.counts(every.run, queries, ids, _prefix(data)) if o.distractors else (None, None)
         if not o.keep_runs:
             every.run = None
-        out.append(MultiRow(s, data.name, own, every, condensed))
+        out.append(MultiRow(s, data.name, own, every, condensed, above, top10))
     return out
 
 
@@ -176,7 +218,8 @@ def format_multi(report: MultiReport) -> str:
     if report.scope_by:
         head.append(f"queries carrying metadata.{report.scope_by} scoped by it")
     cols = ("dataset", "mode", "fusion", "weights", "merge", "own nDCG", "every nDCG", "diff",
-            "condensed", "own R@100", "every R@100", "diff", "every p50 ms")
+            "condensed", "own R@100", "every R@100", "diff", "every p50 ms", "distr. above",
+            "distr. top10")
     rows: list[tuple[str, ...]] = []
     for r in report.rows:
         s, own, every = r.spec, r.own.scores, r.every.scores
@@ -187,13 +230,18 @@ def format_multi(report: MultiReport) -> str:
             f"{own['ndcg@10']:.4f}", f"{every['ndcg@10']:.4f}",
             f"{every['ndcg@10'] - own['ndcg@10']:+.4f}", f"{r.condensed['ndcg@10']:.4f}",
             f"{own['recall@100']:.4f}", f"{every['recall@100']:.4f}",
-            f"{every['recall@100'] - own['recall@100']:+.4f}", f"{r.every.p50_ms:.1f}"))
+            f"{every['recall@100'] - own['recall@100']:+.4f}", f"{r.every.p50_ms:.1f}",
+            "-" if r.distractor_above is None else str(r.distractor_above),
+            "-" if r.distractor_top10 is None else str(r.distractor_top10)))
     widths = [max(len(c), *(len(row[i]) for row in rows)) if rows else len(c)
               for i, c in enumerate(cols)]
     lines = [*head, "  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in rows]
     lines.append("condensed: nDCG@10 of the every-corpus ranking with other corpora's hits "
                  "taken out (unjudged for these queries)")
+    lines.append("distr. above: queries where a distractor item (office notes, near-empty items) "
+                 "ranks above a hit containing a query word; distr. top10: queries whose top 10 "
+                 "it enters")
     if any(r.spec.default for r in report.rows):
         lines.append("* the default: kb.search(query) with no options "
                      "(score policy and near-duplicate collapse on); other rows have both off")

@@ -53,6 +53,9 @@ class SearchOut(BaseModel):
     degraded: bool = Field(description=(
         "True when the full requested search could not run (e.g. no embedder: full text "
         "only). An empty degraded result does not prove that nothing relevant exists."))
+    confidence: str = Field(default="none", description=(
+        "How likely the best hit answers the query, by its calibrated relevance: high "
+        "(>= 0.5), low (>= 0.2) or none (below 0.2, or no hit: nothing relevant found)."))
     notes: list[str]
     hits: list[HitOut]
 

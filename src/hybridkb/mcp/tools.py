@@ -124,7 +124,8 @@ class Tools:
             for text, line in [hit_snippet(h, query)]
         ]
         return SearchOut(query=result.query, mode=result.mode, answered_by=result.answered_by,
-                         degraded=degraded, notes=list(result.notes), hits=hits)
+                         degraded=degraded, confidence=result.confidence, notes=list(result.notes),
+                         hits=hits)
 
     @staticmethod
     def _filters(filters: dict[str, Any] | None, **extra: Any) -> dict[str, Any] | None:

@@ -49,6 +49,8 @@ _SEARCH_RESULT = {
     "properties": {
         "query": {"type": "string"}, "mode": {"type": "string"}, "fusion": {"type": "string"},
         "answered_by": {"type": "string", "description": "hybrid, fts, vector, substring or none."},
+        "confidence": {"type": "string", "enum": ["high", "low", "none"],
+                       "description": "How likely the best hit answers: none = nothing relevant found."},
         "notes": {"type": "array", "items": {"type": "string"}},
         "hits": {"type": "array", "items": {"$ref": "#/components/schemas/Hit"}},
         "facets": {
@@ -115,7 +117,7 @@ _SEARCH_PARAMS: list[dict[str, Any]] = [
     {"name": "filters", "in": "query", "schema": {"type": "string"},
      "description": "More filters as a JSON object (scope, repo, namespace, metadata, created_after...)."},
     {"name": "mode", "in": "query", "schema": {"enum": ["hybrid", "fts", "vector"]}},
-    {"name": "fusion", "in": "query", "schema": {"enum": ["rrf", "convex", "dbsf"]}},
+    {"name": "fusion", "in": "query", "schema": {"enum": ["calibrated", "rrf", "convex", "dbsf"]}},
     {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}},
     {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
     {"name": "text", "in": "query", "schema": {"type": "boolean"}, "description": "Include full text."},

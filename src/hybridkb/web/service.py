@@ -124,7 +124,8 @@ class Service:
         hits = result.hits[offset:offset + limit] if facets else result.hits
         data: dict[str, Any] = {
             "query": result.query, "mode": result.mode, "fusion": fusion or DEFAULT_FUSION,
-            "answered_by": result.answered_by, "notes": list(result.notes),
+            "answered_by": result.answered_by, "confidence": result.confidence,
+            "notes": list(result.notes),
             "hits": [hit_json(h, query, with_text=with_text) for h in hits],
         }
         if facets:

@@ -1,0 +1,178 @@
+"""Calibrated relevance: one model that ranks a search's candidates and says how likely
+each is to answer the query, from the evidence in the retrievers' own scores. Pure.
+
+A candidate's evidence (`Evidence`):
+- `coverage`: the share of the query's terms found in its title and text (a term written
+  with punctuation, `raise_for_status`, or a "quoted phrase", counts only as the whole
+  word sequence), by the same word split as the full-text query, with a light suffix fold;
+- `bm25`: its BM25 score mapped as DBSF maps it (the list's mean - 3σ -> 0, mean + 3σ -> 1;
+  0 when BM25 did not list it);
+- `vector`: its cosine mapped the same way within the vector list (0 when not listed);
+- `cosine_z`: its cosine against the store's background, (cosine - μ) / σ, where μ and σ
+  are the mean and deviation of the best cosine that unrelated probe texts get in this
+  store from this model (`noise.py`): about 0 for a hit no closer than noise;
+- `full`: 1 when it holds every term of the query (coverage 1), else 0.
+
+`relevance` is a logistic model over them: 1 / (1 + e^-(b + Σ wᵢ·xᵢ)), one set of
+coefficients per kind of search (both retrievers, BM25 only, vectors only). The
+coefficients were fitted by logistic regression on judged pairs (each query's first 50
+candidates, relevant or not by the judgments) of 300 SciFact train queries, 300 queries
+nothing there answers (100 random strings, 200 LoCoMo-dev questions) and, weighted 0.1,
+the identifier queries of two packages the identifier evaluation does not use (pathspec,
+httpx); checked on SciFact test, NFCorpus, LoCoMo-dev and the identifier set of click
+and tqdm (docs/benchmarks.md). Re-fit with:
+
+    python -m hybridkb.evaluation.calibrate --dataset ../shared/data/scifact --split train \
+        --max-queries 300 --unanswerable ../shared/data/locomo-dev --code pathspec --code httpx
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from .textquery import cjk_expand
+
+_WORD = re.compile(r"[^\W_]+")  # letters and digits: the split of the full-text query
+_SUFFIXES = ("ing", "ed", "es", "s")
+_ENDINGS = ("s", "es", "ed", "ing", "e", "ly")
+_ASCII_WORDS = bytes(c if chr(c).isalnum() else 32 for c in range(128)) + bytes(range(128, 256))
+
+# (intercept, coverage, bm25, vector, cosine_z, full), fitted by hybridkb.evaluation.calibrate.
+COEFFICIENTS: dict[str, tuple[float, float, float, float, float, float]] = {
+    "hybrid": (-9.7267, 1.3164, 2.823, 2.5194, 0.113, 5.7196),
+    "fts": (-8.9374, 2.8487, 3.8289, 0.0, 0.0, 4.8691),
+    "vector": (-7.197, 0.0, 0.0, 3.4572, 0.2774, 0.0),
+}
+# A hit scoring below LOW is noise by the model's reading; from HIGH on it is likely an
+# answer (SearchResult.confidence: "none", "low", "high").
+LOW, HIGH = 0.2, 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Background:
+    """The best cosine unrelated text gets in a store: mean and deviation over probes."""
+
+    mean: float
+    std: float
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    coverage: float = 0.0
+    bm25: float = 0.0
+    vector: float = 0.0
+    cosine_z: float = 0.0
+
+    @property
+    def full(self) -> float:
+        """1.0 when the candidate holds every term of the query."""
+        return 1.0 if self.coverage >= 1.0 - 1e-9 else 0.0
+
+    def to_dict(self) -> dict[str, float]:
+        return {"coverage": self.coverage, "bm25": self.bm25, "vector": self.vector,
+                "cosine_z": self.cosine_z, "full": self.full}
+
+
+def tokens(text: str) -> list[str]:
+    """Lowercase word tokens, split as the full-text query splits them."""
+    if text.isascii():
+        return text.lower().encode("ascii").translate(_ASCII_WORDS).decode("ascii").split()
+    return [t.lower() for t in _WORD.findall(cjk_expand(text))]
+
+
+def fold(token: str) -> str:
+    """A light suffix fold, so "vitamins" meets "vitamin" and "raised" meets "raise"."""
+    for suffix in _SUFFIXES:
+        if token.endswith(suffix) and len(token) - len(suffix) >= 4 and not token.endswith("ss"):
+            return token[: -len(suffix)]
+    return token
+
+
+def _forms(word: str) -> tuple[str, ...]:
+    stem = fold(word)
+    forms = [word, stem, *(stem + s for s in _ENDINGS)]
+    if stem.endswith("e") and len(stem) > 4:  # "restore" meets "restored", "restoring"
+        forms.extend(stem[:-1] + s for s in ("ed", "ing", "es"))
+    return tuple(forms)
+
+
+def coverage(terms: Sequence[Sequence[str]], text: str) -> float:
+    """The share of `terms` (each a word sequence, as the full-text query has them) found
+    in `text`; a term of several words counts only as a contiguous run of them (with the
+    suffix fold), so an identifier or a phrase counts whole or not at all."""
+    if not terms:
+        return 0.0
+    words: set[str] = set(tokens(text))
+    seq: list[str] | None = None
+    found = 0
+    for term in terms:
+        if not term or not all(any(f in words for f in _forms(w)) for w in term):
+            continue
+        if len(term) > 1:
+            if seq is None:
+                seq = [fold(t) for t in tokens(text)]
+            if not _contains_run(seq, [fold(w) for w in term]):
+                continue
+        found += 1
+    return found / len(terms)
+
+
+def _contains_run(words: list[str], seq: list[str]) -> bool:
+    n = len(seq)
+    first = seq[0]
+    return any(words[i : i + n] == seq for i, w in enumerate(words) if w == first)
+
+
+def dbsf_bounds(values: Iterable[float]) -> tuple[float, float]:
+    """(low, span) mapping a list's mean - 3σ to 0 and mean + 3σ to 1, as DBSF does."""
+    vals = [v for v in values if math.isfinite(v)]
+    if not vals:
+        return 0.0, 0.0
+    mean = sum(vals) / len(vals)
+    std = math.sqrt(sum((v - mean) ** 2 for v in vals) / len(vals))
+    return mean - 3 * std, 6 * std
+
+
+def scaled(value: float, bounds: tuple[float, float]) -> float:
+    low, span = bounds
+    if span <= 1e-12:
+        return 0.5
+    return (value - low) / span
+
+
+def cosine_z(cosine: float, background: Background | None) -> float:
+    if background is None:
+        return 0.0
+    return (cosine - background.mean) / max(background.std, 0.02)
+
+
+def kind_of(has_fts: bool, has_vector: bool) -> str:
+    """Which coefficient set applies to a search whose retrievers ran as given."""
+    if has_fts and has_vector:
+        return "hybrid"
+    return "vector" if has_vector else "fts"
+
+
+def logit(evidence: Evidence, kind: str) -> float:
+    b, wc, wb, wv, wz, wf = COEFFICIENTS[kind]
+    return (b + wc * evidence.coverage + wb * evidence.bm25 + wv * evidence.vector
+            + wz * evidence.cosine_z + wf * evidence.full)
+
+
+def relevance(evidence: Evidence, kind: str) -> float:
+    """The estimated probability that the candidate answers the query, in (0, 1)."""
+    x = logit(evidence, kind)
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+def confidence(best: float | None) -> str:
+    """"high", "low" or "none", by the best hit's calibrated relevance (None: no hit)."""
+    if best is None or best < LOW:
+        return "none"
+    return "high" if best >= HIGH else "low"

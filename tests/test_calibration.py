@@ -1,0 +1,134 @@
+"""The calibration module (pure) and calibrated search on a small code corpus, both backends."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import hybridkb
+from hybridkb import calibration
+from hybridkb.calibration import Background, Evidence
+from hybridkb.evaluation.runner import credit
+
+
+def test_coverage_counts_whole_terms_with_a_suffix_fold() -> None:
+    assert calibration.coverage([("vitamin",), ("rickets",)], "Vitamins prevent rickets.") == 1.0
+    assert calibration.coverage([("vitamin",), ("rickets",)], "Vitamin D and bones") == 0.5
+    # an identifier is a word sequence: only the whole run counts
+    assert calibration.coverage([("raise", "for", "status")], "def raise_for_status(self):") == 1.0
+    assert calibration.coverage([("raise", "for", "status")], "status: raise it for me") == 0.0
+    assert calibration.coverage([], "anything") == 0.0
+
+
+def test_tokens_split_as_the_text_query_splits() -> None:
+    assert calibration.tokens("Hello raise_for_status() x2") == ["hello", "raise", "for", "status", "x2"]
+    assert calibration.tokens("Grüße, Zürich") == ["grüße", "zürich"]
+
+
+def test_relevance_is_a_probability_that_grows_with_every_kind_of_evidence() -> None:
+    base = Evidence(coverage=0.2, bm25=0.5, vector=0.5, cosine_z=1.0)
+    r = calibration.relevance(base, "hybrid")
+    assert 0.0 < r < 1.0
+    for stronger in (Evidence(0.8, 0.5, 0.5, 1.0), Evidence(0.2, 0.9, 0.5, 1.0),
+                     Evidence(0.2, 0.5, 0.9, 1.0), Evidence(0.2, 0.5, 0.5, 4.0)):
+        assert calibration.relevance(stronger, "hybrid") > r
+    assert calibration.relevance(Evidence(1.0, 0.9, 0.0, 0.0), "fts") > calibration.relevance(
+        Evidence(0.0, 0.9, 0.0, 0.0), "fts")
+    assert not math.isnan(calibration.relevance(Evidence(1e9, 1e9, 1e9, 1e9), "hybrid"))
+    assert calibration.relevance(Evidence(-1e9, -1e9, -1e9, -1e9), "hybrid") >= 0.0
+
+
+def test_an_exact_match_outweighs_a_strong_vector_neighbour() -> None:
+    exact = Evidence(coverage=1.0, bm25=0.9, vector=0.0, cosine_z=0.5)
+    neighbour = Evidence(coverage=0.0, bm25=0.0, vector=1.0, cosine_z=3.0)
+    assert calibration.relevance(exact, "hybrid") > calibration.relevance(neighbour, "hybrid")
+
+
+def test_cosine_z_and_dbsf_bounds() -> None:
+    assert calibration.cosine_z(0.4, Background(0.2, 0.05)) == pytest.approx(4.0)
+    assert calibration.cosine_z(0.4, Background(0.2, 0.0)) == pytest.approx(10.0)  # floor 0.02
+    assert calibration.cosine_z(0.4, None) == 0.0
+    low, span = calibration.dbsf_bounds([1.0, 2.0, 3.0])
+    assert calibration.scaled(2.0, (low, span)) == pytest.approx(0.5)
+    assert calibration.scaled(5.0, (0.0, 0.0)) == 0.5
+
+
+def test_confidence_levels() -> None:
+    assert calibration.confidence(None) == "none"
+    assert calibration.confidence(calibration.LOW - 0.01) == "none"
+    assert calibration.confidence(calibration.LOW) == "low"
+    assert calibration.confidence(calibration.HIGH) == "high"
+
+
+def test_kind_of_search() -> None:
+    assert calibration.kind_of(True, True) == "hybrid"
+    assert calibration.kind_of(True, False) == "fts"
+    assert calibration.kind_of(False, True) == "vector"
+    assert set(calibration.COEFFICIENTS) == {"hybrid", "fts", "vector"}
+    assert Evidence(coverage=1.0).full == 1.0 and Evidence(coverage=0.5).full == 0.0
+
+
+def test_the_harness_credits_a_collapsed_hit_for_the_first_uncredited_relevant_id() -> None:
+    judged = {"a": 1, "b": 1, "c": 1}
+    # hit x stands for a and b: credited as a; the next hit with b is credited as b
+    assert credit([["x", "a", "b"], ["y", "b"], ["z"]], judged) == ["a", "b", "z"]
+    # its own id first when it is relevant; a second hit standing only for credited ids
+    # keeps its id, and a repeat becomes a placeholder that matches nothing
+    got = credit([["a", "b"], ["a2", "a"], ["a"]], judged)
+    assert got[:2] == ["a", "a2"] and got[2] != "a" and got[2] not in judged
+    assert credit([["b", "c"], ["q", "b", "c"]], judged) == ["b", "c"]
+
+
+CODE = {
+    "http.py": (
+        "def raise_for_status(response):\n"
+        "    \"\"\"Raise HTTPError when the response status is 4xx or 5xx.\"\"\"\n"
+        "    if response.status_code >= 400:\n"
+        "        raise HTTPError(response.status_code)\n"),
+    "client.py": (
+        "def fetch(url):\n"
+        "    response = send(url)\n"
+        "    raise_for_status(response)\n"
+        "    return response.json()\n"),
+    "progress.py": (
+        "class ProgressBar:\n"
+        "    \"\"\"Draw a progress bar on the terminal while downloading a response.\"\"\"\n"
+        "    def update(self, n):\n"
+        "        self.done += n\n"),
+    "errors.py": (
+        "class HTTPError(Exception):\n"
+        "    \"\"\"An error status code in a response from the server.\"\"\"\n"),
+    "retry.py": (
+        "def retry(request, attempts=3):\n"
+        "    \"\"\"Send a request again when the server answers with an error status.\"\"\"\n"
+        "    for _ in range(attempts):\n"
+        "        response = request()\n"),
+}
+
+
+@pytest.mark.model
+def test_a_definition_ranks_first_and_nonsense_scores_low(target: str, tmp_path) -> None:
+    """Both backends, the real model: an identifier's defining chunk first, with a score that
+    says so; nonsense and off-topic questions score below 0.2 and say nothing was found."""
+    from hybridkb.ingest import index_folder
+
+    folder = tmp_path / "src"
+    folder.mkdir()
+    for name, text in CODE.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    kb = hybridkb.open(target, embedder=hybridkb.MiniLMEmbedder())
+    try:
+        index_folder(kb, folder, "code")
+        found = kb.search("raise_for_status")
+        assert found.hits[0].path == "http.py"
+        assert found.hits[0].score >= calibration.HIGH and found.confidence == "high"
+        assert {h.path for h in found.hits[:2]} == {"http.py", "client.py"}
+        for nonsense in ("asdkjhqwe zzxq", "recipe for banana bread", "who won the world cup"):
+            result = kb.search(nonsense)
+            assert result.hits and result.hits[0].score < calibration.LOW, nonsense
+            assert result.confidence == "none"
+            assert any(n.startswith("no confident match") for n in result.notes)
+            assert result.to_dict()["confidence"] == "none"
+    finally:
+        kb.close()
