@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable, Mapping
 
 from .calibration import Background
+from .embedding import Embedder
 from .errors import HybridKBError
 from .model import Filters
 from .storage.contract import Backend, SearchArea, Vector
@@ -44,11 +45,12 @@ class NoiseFloor:
         self._known: tuple[str, int, Background] | None = None  # (model, items, background)
         self._probes: dict[str, list[Vector]] = {}  # model -> probe vectors
 
-    def get(self, backend: Backend, model_id: str, embed: Callable[[str], Vector],
-            corpora: Mapping[str, int], now: float) -> Background | None:
+    def get(self, backend: Backend, embedder: Embedder | None, corpora: Mapping[str, int],
+            now: float) -> Background | None:
         items = sum(corpora.values())
-        if not items:
+        if not items or embedder is None:
             return None
+        model_id, embed = embedder.model_id, embedder.embed_query
         with self._lock:
             known = self._known
             if known is None or known[0] != model_id or not _close(known[1], items):

@@ -387,11 +387,10 @@ class KnowledgeBase:
         (default: all). `mode` is one of `model.MODES`, `fusion` one of `fusion.FUSIONS`. Several
         corpora are searched as one (`merge="relevance"`); `merge="rrf"` fuses each corpus apart
         and interleaves them by rank, so each corpus gets equal say. Each hit's `score` is
-        a relevance in [0, 1] (docs/scoring.md); `min_score` drops hits scoring lower.
-        `dedup_threshold` is the token-Jaccard similarity at which near-duplicates
-        collapse (None: off); `dedup_cosine` adds a cosine test on stored vectors.
-        Every hit carries its explanation (per-retriever ranks and scores, fusion
-        score, boosts). Deprecated, removed in the next release: `dedup` (now
+        a calibrated relevance in [0, 1] (docs/scoring.md); `min_score` drops hits below it.
+        `dedup_threshold`: the token Jaccard at which near-duplicates collapse (None: off);
+        `dedup_cosine` adds a cosine test. Every hit carries its explanation (ranks, raw
+        scores, evidence, boosts). Deprecated, removed in the next release: `dedup` (now
         `dedup_threshold`) and `explain` (explanations are always on hits).
         """
         if dedup is not _UNSET:
@@ -425,8 +424,7 @@ class KnowledgeBase:
             if embed is not None and self.backend.ids_missing_vectors(1):
                 notes.append(f"{self.awaiting_embedding()} item(s) awaiting embedding: found by full "
                              f"text only until embedded (`hybridkb embed`)")
-            bg = None if embed is None or self.embedder is None else self._noise.get(
-                self.backend, self.embedder.model_id, self.embedder.embed_query, self.corpora(), now_ts())
+            bg = self._noise.get(self.backend, self.embedder, self.corpora(), now_ts()) if embed else None
             result = pipeline.run(plan, self.backend, corpora=names, now=now_ts(), embed_query=embed,
                                   labels=self.label_templates(), notes=notes, rerank=self.reranker,
                                   place=reading.place, background=bg)
