@@ -71,7 +71,8 @@ def test_search_returns_hits_with_snippet_marks_location_and_explanation(client:
     for r_ in explanation["retrievers"].values():
         assert r_["rank"] >= 1
     assert explanation["final_score"] == hit["score"]
-    assert data["fusion"] in ("rrf", "convex", "dbsf")
+    assert data["fusion"] in ("calibrated", "rrf", "convex", "dbsf")
+    assert data["confidence"] in ("high", "low", "none")
     assert "text" not in hit
 
 
