@@ -26,6 +26,7 @@ from serving import running_server
 
 import hybridkb
 from hybridkb import HashingEmbedder
+from hybridkb.scoring import boosted_by
 
 CHROMIUM = Path(os.environ.get("HYBRIDKB_CHROMIUM", "/usr/bin/chromium"))
 if not CHROMIUM.exists():
@@ -272,8 +273,11 @@ def test_the_explanation_adds_up(page: Any, server: tuple[str, dict[str, str]]) 
         if step.startswith("boost: "):
             product *= float(text.lstrip("×"))
     assert value["boost: type"] == "×2.000"
-    assert f"relevance ^ (1 / {product:.3f})" in table.locator("tr.final").inner_text()
-    assert abs(relevance ** (1 / product) - final) < 2e-4  # the numbers add up
+    assert abs(boosted_by(relevance, product) - final) < 2e-4  # the numbers add up
+    how = table.locator("tr.final td.how").inner_text()
+    odds = abs(boosted_by(0.5, 2.0) - 2 / 3) < 1e-9  # the rule the code applies: odds or power
+    rule = "relevance's odds" if odds else "relevance ^ (1 /"
+    assert rule in how and f"{product:.3f}" in how, how
     assert decision.locator(".head .score").inner_text() == f"{final:.2f}"
 
 

@@ -101,8 +101,7 @@ function explainTable(hit, fusion) {
         rows.push(row("boost", "boost: " + name, "a factor", "×" + fixed(factor, 3)));
       }
     } else if (key === "final_score") {
-      const how = product === 1 ? "the relevance" : "relevance ^ (1 / " + fixed(product, 3) + ")";
-      rows.push(row("final", "final score", how, fixed(value, 4)));
+      rows.push(row("final", "final score", boostRule(ex.relevance, product, value), fixed(value, 4)));
     } else if (value && typeof value === "object") {
       const parts = Object.entries(value).map(([k, v]) => k + " " + (typeof v === "number" ? raw(v) : v));
       if (parts.length) rows.push(row("step", key, parts.join(" · "), ""));
@@ -111,6 +110,20 @@ function explainTable(hit, fusion) {
     }
   }
   return el("table", {"class": "explain"}, ...rows);
+}
+
+// How the boosts' product f turned the relevance r into the final score, written as the
+// rule that reproduces it (docs/scoring.md): r's odds times f, or r ^ (1 / f).
+function boostRule(r, f, final) {
+  if (f === 1) return "the relevance";
+  const p = fixed(f, 3);
+  if (typeof r === "number" && typeof final === "number" && r > 0 && r < 1) {
+    const odds = Math.abs(f * r / (1 - r + f * r) - final), power = Math.abs(Math.pow(r, 1 / f) - final);
+    if (Math.min(odds, power) < 1e-6) {
+      return odds <= power ? "relevance's odds × " + p + ": f·r / (1 − r + f·r)" : "relevance ^ (1 / " + p + ")";
+    }
+  }
+  return "relevance boosted × " + p;
 }
 
 function renderHit(hit, fusion) {
