@@ -78,6 +78,13 @@ class Health:
                         self.what, self.reason)
         return self.reason
 
+    def unavailable(self, exc: BaseException, damage: str | None) -> IndexUnavailable:
+        """A failed rebuild recorded (`failed`), and the error a search gets instead; Ctrl-C
+        and an exit are raised again as they are."""
+        if not engine_failure(exc):
+            raise exc
+        return IndexUnavailable(f"{damage or self.what}; cannot be rebuilt: {self.failed(exc)}")
+
     def ok(self) -> None:
         with self._lock:
             was, self.reason, self._until = self.reason, None, 0.0

@@ -249,10 +249,7 @@ class TextIndexSync:
                         if self._damage:
                             notices.note(f"{self._damage}: rebuilt from the items")
             except BaseException as exc:
-                if not engine_failure(exc):
-                    raise
-                why = self.health.failed(exc)
-                raise IndexUnavailable(f"{self._damage or 'text index'}; cannot be rebuilt: {why}") from exc
+                raise self.health.unavailable(exc, self._damage) from exc
             self.health.ok()
             self._damage = None
         if index is not self._index:

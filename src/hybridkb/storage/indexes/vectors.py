@@ -35,7 +35,7 @@ import numpy as np
 from ...progress import ProgressFactory, no_progress
 from .. import asked, notices
 from . import vector_base, verify
-from .health import Health, IndexUnavailable, engine_failure
+from .health import Health, IndexUnavailable
 from .locks import _file_lock, close_at_exit, make_index_root
 from .vector_base import BaseUnusable, Batch, RowIds, Vector, VectorBase, Wanted
 from .vector_math import dot_rows
@@ -200,10 +200,7 @@ class VectorIndexSync:
                     self._build(dim, ann=self._wants_ann_now())
                 built = self._current_base(dim)
         except BaseException as exc:
-            if not engine_failure(exc):
-                raise
-            why = self.health.failed(exc)
-            raise IndexUnavailable(f"{damage or 'vector index'}; cannot be rebuilt: {why}") from exc
+            raise self.health.unavailable(exc, damage) from exc
         self.health.ok()
         if damage and base is None:
             notices.note(f"{damage}: rebuilt from the stored vectors")
