@@ -184,7 +184,7 @@ def test_each_hit_is_one_line_of_title_label_and_place_then_its_lines(
     base, ids = server
     hits = _search(page, "local storage sqlite")
     assert hits.count() >= 5
-    assert "answered by hybrid" in page.inner_text("#status")
+    assert "answered by hybrid · confidence " in page.inner_text("#status")
     assert page.url.startswith(base + "/?q=local+storage+sqlite")
     assert page.get_attribute("#as-json", "href").startswith("/api/search?q=local+storage+sqlite&mode=hybrid")
 

@@ -199,7 +199,8 @@ function renderStatus(data, params) {
   const count = pool !== undefined && pool > data.hits.length
     ? data.hits.length + " of " + (pool >= 100 ? "100+" : pool) + " hits" : data.hits.length + " hits";
   const notes = data.notes.length ? " · " + data.notes.join("; ") : "";
-  $("status").replaceChildren(count + " · answered by " + data.answered_by + notes + " · ",
+  const confidence = data.confidence ? " · confidence " + data.confidence : "";
+  $("status").replaceChildren(count + " · answered by " + data.answered_by + confidence + notes + " · ",
     jsonLink(el("a", {href: "/api/search?" + params.toString(), id: "as-json"}, "JSON")));
 }
 
