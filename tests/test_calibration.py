@@ -132,3 +132,17 @@ def test_a_definition_ranks_first_and_nonsense_scores_low(target: str, tmp_path)
             assert result.to_dict()["confidence"] == "none"
     finally:
         kb.close()
+
+
+def test_scores_come_in_order_under_every_merge_and_fusion(kb) -> None:
+    """A page is sorted by the score it shows: merge="rrf" printed 0.987, 0.907, 0.982."""
+    kb.add_many([{"text": f"cache invalidation note {i}", "corpus": "big"} for i in range(30)])
+    kb.add("cache invalidation in the code", corpus="code", id="c")
+    kb.add("cache invalidation review, and more words about caching", corpus="reviews", id="r")
+    for merge in ("relevance", "rrf"):
+        for fusion in ("calibrated", "rrf", "dbsf"):
+            result = kb.search("cache invalidation", merge=merge, fusion=fusion, limit=12)
+            scores = [h.score for h in result.hits]
+            assert scores == sorted(scores, reverse=True), (merge, fusion, scores)
+            assert result.confidence in ("high", "low", "none")
+            assert all(0.0 <= h.evidence["calibrated"] <= 1.0 for h in result.hits)

@@ -145,8 +145,9 @@ class _Words:
     are distractors: enough to ask whether a distractor outranks a matching document."""
 
     def __init__(self, per: Sequence[tuple[Dataset, list[Query], Any]], distractors: bool) -> None:
-        self.distractors = ({n["id"] for n in NOTES} | {f"scratch-{i}" for i in range(len(NEAR_EMPTY))}
-                            if distractors else set())
+        # The three office notes: a tiny unrelated corpus (the near-empty items are not
+        # counted: they hold no words a query could share).
+        self.distractors = {n["id"] for n in NOTES} if distractors else set()
         self._texts: dict[str, str] = {}
         for data, _, _ in per:
             for doc in data.corpus:
@@ -239,9 +240,8 @@ def format_multi(report: MultiReport) -> str:
     lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in rows]
     lines.append("condensed: nDCG@10 of the every-corpus ranking with other corpora's hits "
                  "taken out (unjudged for these queries)")
-    lines.append("distr. above: queries where a distractor item (office notes, near-empty items) "
-                 "ranks above a hit containing a query word; distr. top10: queries whose top 10 "
-                 "it enters")
+    lines.append("distr. above: queries where an office note (the distractor corpus) ranks above "
+                 "a hit containing a query word; distr. top10: queries whose top 10 it enters")
     if any(r.spec.default for r in report.rows):
         lines.append("* the default: kb.search(query) with no options "
                      "(score policy and near-duplicate collapse on); other rows have both off")
