@@ -40,7 +40,8 @@ def probe(kb: KnowledgeBase, word: str, expected: str) -> dict[str, Any]:
         try:
             query = word if mode != "vector" else kb.get(expected).text  # type: ignore[union-attr]
             found = kb.search(query, mode=mode, limit=3)
-            out[mode] = {"first": expected in found.ids[:1 if mode == "fts" else 3], "notes": found.notes}
+            notes = [n for n in found.notes if not n.startswith("no confident match")]  # the index's
+            out[mode] = {"first": expected in found.ids[:1 if mode == "fts" else 3], "notes": notes}
         except BaseException as exc:
             out[mode] = {"raised": f"{type(exc).__name__}: {exc}"}
     return out

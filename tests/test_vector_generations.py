@@ -8,7 +8,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -129,10 +128,11 @@ kb.add_many([{"id": f"v{i}", "text": f"item {i}", "vector": m[i]} for i in range
 print("loaded", flush=True)
 slow = vector_base._build
 def crawling(*args, **kwargs):
-    print("building", flush=True)
+    written = slow(*args, **kwargs)
+    print("building", flush=True)  # its temporary folder written, not yet sealed nor renamed
     import time
-    time.sleep(0.3)
-    return slow(*args, **kwargs)
+    time.sleep(1.0)
+    return written
 vector_base._build = crawling
 while True:
     kb.backend._vectors.build_now(32)
@@ -148,7 +148,6 @@ def test_a_build_killed_midway_leaves_nothing_after_the_next_open(tmp_path: Path
         assert proc.stdout.readline().strip() == "loaded", proc.stderr.read() if proc.stderr else ""
         for _ in range(3):  # the third build under way: its temporary folder exists
             assert proc.stdout.readline().strip() == "building"
-        time.sleep(0.6)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import threading
 from collections.abc import Callable, Mapping
@@ -21,7 +22,10 @@ from .calibration import Background
 from .embedding import Embedder
 from .errors import HybridKBError
 from .model import Filters
+from .storage import notices
 from .storage.contract import Backend, SearchArea, Vector
+
+log = logging.getLogger("hybridkb")
 
 META_KEY = "noise_cosine"
 FORMAT = 1
@@ -46,12 +50,14 @@ class NoiseFloor:
         self._probes: dict[str, list[Vector]] = {}  # model -> probe vectors
 
     def get(self, backend: Backend, embedder: Embedder | None, corpora: Mapping[str, int],
-            now: float) -> Background | None:
+            now: float, notes: list[str]) -> Background | None:
+        """The store's background; what the store notes while the probes search (a damaged
+        index met and rebuilt, say) goes to `notes`, the search's own."""
         items = sum(corpora.values())
         if not items or embedder is None:
             return None
         model_id, embed = embedder.model_id, embedder.embed_query
-        with self._lock:
+        with self._lock, notices.collecting() as noted:
             known = self._known
             if known is None or known[0] != model_id or not _close(known[1], items):
                 known = self._read(backend, model_id, items)
@@ -59,13 +65,20 @@ class NoiseFloor:
                     known = (model_id, items, self._measure(backend, model_id, embed, corpora, now))
                     self._write(backend, known)
                 self._known = known
-            return known[2]
+        notes.extend(n for n in noted if n not in notes)
+        return known[2]
 
     def _measure(self, backend: Backend, model_id: str, embed: Callable[[str], Vector],
                  corpora: Mapping[str, int], now: float) -> Background:
         probes = self._probes.get(model_id)
         if probes is None:
-            probes = self._probes[model_id] = [embed(text) for text in PROBES]
+            try:
+                probes = [embed(text) for text in PROBES]
+            except Exception:  # a caller's model that reads only its own queries: no background
+                log.warning("the embedder could not embed the noise probes; vector hits are "
+                            "judged without the store's background cosine", exc_info=True)
+                probes = []
+            self._probes[model_id] = probes
         area = SearchArea(corpora=tuple(sorted(corpora)), filters=Filters(), now=now)
         best = [found[0][1] for vec in probes if (found := backend.vector_search(vec, area, 1))]
         if not best:
@@ -89,9 +102,9 @@ class NoiseFloor:
     @staticmethod
     def _write(backend: Backend, known: tuple[str, int, Background]) -> None:
         model_id, items, bg = known
-        with contextlib.suppress(HybridKBError):  # a read-only store (a replica): memory only
-            backend.set_meta(META_KEY, json.dumps({"format": FORMAT, "model": model_id,
-                                                   "items": items, "mean": bg.mean, "std": bg.std}))
+        with contextlib.suppress(HybridKBError):  # read-only (a replica) or busy: memory only
+            backend.set_meta(META_KEY, json.dumps({"format": FORMAT, "model": model_id, "items": items,
+                                                   "mean": bg.mean, "std": bg.std}), wait=False)
 
 
 def _close(recorded: int, items: int) -> bool:

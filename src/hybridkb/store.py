@@ -424,7 +424,7 @@ class KnowledgeBase:
             if embed is not None and self.backend.ids_missing_vectors(1):
                 notes.append(f"{self.awaiting_embedding()} item(s) awaiting embedding: found by full "
                              f"text only until embedded (`hybridkb embed`)")
-            bg = self._noise.get(self.backend, self.embedder, self.corpora(), now_ts()) if embed else None
+            bg = embed and self._noise.get(self.backend, self.embedder, self.corpora(), now_ts(), notes)
             result = pipeline.run(plan, self.backend, corpora=names, now=now_ts(), embed_query=embed,
                                   labels=self.label_templates(), notes=notes, rerank=self.reranker,
                                   place=reading.place, background=bg)

@@ -65,8 +65,9 @@ class Backend(Protocol):
     # -- meta ---------------------------------------------------------------------------------
     def get_meta(self, key: str) -> str | None:
         """The value of a meta key (records.META_*), None when unset."""
-    def set_meta(self, key: str, value: str) -> None:
-        """Set a meta key (insert or replace)."""
+    def set_meta(self, key: str, value: str, *, wait: bool = True) -> None:
+        """Set a meta key (insert or replace); `wait=False`: a StoreError at once rather than
+        wait for another writer (what a search writes in passing)."""
     def keep_query_vectors(self, rows: Sequence[tuple[int, int, bytes]], now: float, *,
                            measure: bool = True) -> None:
         """Keep asked queries' vectors (asked.py: digest, dim, bytes); with `measure`, the

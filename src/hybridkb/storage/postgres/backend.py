@@ -266,7 +266,7 @@ class PostgresBackend:
         rows = self._read("SELECT value FROM meta WHERE key = %s", [key])
         return rows[0][0] if rows else None
 
-    def set_meta(self, key: str, value: str) -> None:
+    def set_meta(self, key: str, value: str, *, wait: bool = True) -> None:  # a row lock: brief
         self._write(lambda conn: conn.execute(q.SET_META, [key, value]))
 
     def keep_query_vectors(self, rows: Sequence[asked.Row], now: float, *, measure: bool = True) -> None:

@@ -123,20 +123,25 @@ class SQLiteBackend:
     # -- plumbing ---------------------------------------------------------------------------
 
     @contextmanager
-    def _write(self, *, repairing: bool = False) -> Iterator[Any]:
+    def _write(self, *, repairing: bool = False, wait: bool = True) -> Iterator[Any]:
         """One IMMEDIATE transaction (the write lock up front: no deadlock), all rolled back on
-        an error; a driver error becomes a StoreError naming its cause (a duplicate id: invalid input)."""
+        an error; a driver error becomes a StoreError naming its cause (a duplicate id: invalid input).
+        `wait=False`: a StoreError at once when another writer holds the file."""
         if self.newer_schema is not None:
             raise StoreError(self.newer_schema)
         if self.damaged and not repairing:
             raise StoreError(f"{sqlite_driver.DAMAGED} --repair before writing to it")
         with self._lock:
             try:
+                self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000) if wait else 0}")
                 self._conn.execute("BEGIN IMMEDIATE")
             except self._operational_error as exc:
                 if sqlite_driver.is_damage(exc):
                     raise self._error(exc, "write") from exc
                 raise StoreError(f"store is busy or read-only: {exc}") from exc
+            finally:
+                if not wait:
+                    self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             self._writes += 1
             try:
                 yield self._conn
@@ -212,8 +217,8 @@ class SQLiteBackend:
             "SELECT key, value FROM meta")))  # a few small rows, asked for by every search
         return meta.get(key)
 
-    def set_meta(self, key: str, value: str) -> None:
-        with self._write() as conn:
+    def set_meta(self, key: str, value: str, *, wait: bool = True) -> None:
+        with self._write(wait=wait) as conn:
             conn.execute(_SET_META, (key, value))
 
     def vector_dim(self) -> int | None:
@@ -311,13 +316,8 @@ class SQLiteBackend:
     def keep_query_vectors(self, rows: Sequence[asked.Row], now: float, *, measure: bool = True) -> None:
         """Best effort (storage/asked.py): a busy store drops them at once (this backend's lock
         is never held waiting for another writer); `measure`: see measure_on_asked."""
-        with self._lock:
-            self._conn.execute("PRAGMA busy_timeout = 0")
-            try:
-                with self._write() as conn:
-                    asked.keep(conn, rows, now, "?")
-            finally:
-                self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        with self._write(wait=False) as conn:
+            asked.keep(conn, rows, now, "?")
         if measure:  # the first time there are enough (not as the store closes)
             self._vectors.measure_on_asked(self.vector_dim())
 
