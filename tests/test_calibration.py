@@ -146,3 +146,20 @@ def test_scores_come_in_order_under_every_merge_and_fusion(kb) -> None:
             assert scores == sorted(scores, reverse=True), (merge, fusion, scores)
             assert result.confidence in ("high", "low", "none")
             assert all(0.0 <= h.evidence["calibrated"] <= 1.0 for h in result.hits)
+
+
+def test_an_embedder_that_cannot_embed_the_probes_keeps_no_background(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from hybridkb import HashingEmbedder
+    from hybridkb.noise import META_KEY, PROBES
+
+    class OwnQueriesOnly(HashingEmbedder):
+        def embed_query(self, text: str):  # type: ignore[no-untyped-def]
+            if text in PROBES:
+                raise ValueError("not one of my queries")
+            return super().embed_query(text)
+
+    with hybridkb.open(str(tmp_path / "kb.db"), embedder=OwnQueriesOnly(32)) as kb:
+        kb.add("the billing service runs migration_032 first", id="a")
+        result = kb.search("migration_032 billing")
+        assert result.ids[:1] == ["a"] and result.confidence in ("high", "low", "none")
+        assert kb.backend.get_meta(META_KEY) is None  # a failure is never stored as a background

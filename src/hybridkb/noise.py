@@ -62,14 +62,19 @@ class NoiseFloor:
             if known is None or known[0] != model_id or not _close(known[1], items):
                 known = self._read(backend, model_id, items)
                 if known is None:
-                    known = (model_id, items, self._measure(backend, model_id, embed, corpora, now))
+                    measured = self._measure(backend, model_id, embed, corpora, now)
+                    if measured is None:  # nothing measured: nothing kept, in meta or here
+                        return None
+                    known = (model_id, items, measured)
                     self._write(backend, known)
                 self._known = known
         notes.extend(n for n in noted if n not in notes)
         return known[2]
 
     def _measure(self, backend: Backend, model_id: str, embed: Callable[[str], Vector],
-                 corpora: Mapping[str, int], now: float) -> Background:
+                 corpora: Mapping[str, int], now: float) -> Background | None:
+        """None when the embedder cannot embed the probes (remembered for this process only:
+        a stored background would outlive the failure)."""
         probes = self._probes.get(model_id)
         if probes is None:
             try:
@@ -79,6 +84,8 @@ class NoiseFloor:
                             "judged without the store's background cosine", exc_info=True)
                 probes = []
             self._probes[model_id] = probes
+        if not probes:
+            return None
         area = SearchArea(corpora=tuple(sorted(corpora)), filters=Filters(), now=now)
         best = [found[0][1] for vec in probes if (found := backend.vector_search(vec, area, 1))]
         if not best:
