@@ -325,7 +325,7 @@ def _run(
     ranked = sorted(order, key=lambda doc: (-final[doc][1], items[doc].id))
     reranked: dict[Key, float] = {}
     if rerank is not None and parsed.embed_text.strip():  # the query without its operators
-        ranked, reranked = _rerank(rerank, parsed.embed_text, ranked, items)
+        ranked, reranked = _rerank(rerank, parsed.embed_text, ranked, items, result_notes)
     page = [_hit(doc, candidates[doc], items, boosts, labels, reranked.get(doc))
             for doc in ranked[plan.offset : plan.offset + plan.limit]]
     best = max((candidates[d].calibrated for d in ranked), default=None)
@@ -341,13 +341,21 @@ def _list_heads(lists: dict[tuple[str, ...], dict[str, ScoredKeys]], pool: int) 
     return {d for per in lists.values() for sc in per.values() for d, _ in sc[:pool]}
 
 
-def _rerank(rerank: Reranker, query: str, ranked: list[Key],
-            items: dict[Key, StoredItem]) -> tuple[list[Key], dict[Key, float]]:
-    """The first `depth` hits in the reranker's order (ties keep theirs), the rest as they were."""
+def _rerank(rerank: Reranker, query: str, ranked: list[Key], items: dict[Key, StoredItem],
+            notes: list[str]) -> tuple[list[Key], dict[Key, float]]:
+    """The first `depth` hits in the reranker's order (ties keep theirs), the rest as they were.
+    A reranker is code the caller brings: when it fails or answers nonsense the search keeps
+    its fused order and says so in a note, never raises."""
     head, depth = ranked[: rerank.depth], rerank.depth
-    scores = [float(x) for x in rerank.score(query, [items[doc].text for doc in head])]
-    if len(scores) != len(head):
-        raise ValueError(f"the reranker gave {len(scores)} scores for {len(head)} texts")
+    try:
+        scores = [float(x) for x in rerank.score(query, [items[doc].text for doc in head])]
+    except Exception as exc:  # noqa: BLE001 - any failure of the caller's model
+        notes.append(f"the reranker failed ({type(exc).__name__}: {exc}): hits are in fused order")
+        return ranked, {}
+    if len(scores) != len(head) or not all(math.isfinite(s) for s in scores):
+        notes.append(f"the reranker gave {len(scores)} scores for {len(head)} texts"
+                     f"{'' if len(scores) != len(head) else ', some not finite'}: hits are in fused order")
+        return ranked, {}
     by = dict(zip(head, scores, strict=True))
     order = sorted(range(len(head)), key=lambda i: (-scores[i], i))
     return [head[i] for i in order] + ranked[depth:], by

@@ -9,6 +9,7 @@ ship with hybridkb: none is published where this project may fetch it.
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
@@ -69,9 +70,11 @@ def get_reranker(spec: Reranker | str | None, depth: int | None = None) -> Reran
     if spec is None:
         return None
     if isinstance(spec, Reranker):
-        if depth is not None:
-            spec.depth = check_rerank_depth(depth)
-        return spec
+        if depth is None:
+            return spec
+        own = copy.copy(spec)  # the caller's object keeps its own depth
+        own.depth = check_rerank_depth(depth)
+        return own
     if isinstance(spec, str) and spec.strip()[:5].lower() == "onnx:":
         return OnnxReranker(spec.strip()[5:], DEFAULT_DEPTH if depth is None else depth)
     raise InvalidInputError(f"unknown reranker {spec!r}; use 'onnx:PATH' (a cross-encoder's folder) "
