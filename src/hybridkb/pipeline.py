@@ -349,7 +349,7 @@ def _rerank(rerank: Reranker, query: str, ranked: list[Key], items: dict[Key, St
     head, depth = ranked[: rerank.depth], rerank.depth
     try:
         scores = [float(x) for x in rerank.score(query, [items[doc].text for doc in head])]
-    except Exception as exc:  # noqa: BLE001 - any failure of the caller's model
+    except Exception as exc:  # any failure of the caller's model
         notes.append(f"the reranker failed ({type(exc).__name__}: {exc}): hits are in fused order")
         return ranked, {}
     if len(scores) != len(head) or not all(math.isfinite(s) for s in scores):
