@@ -18,6 +18,7 @@ from ..errors import DimensionMismatchError, InvalidFilterError, StoreError
 from ..model import Item, StoredItem
 from ..querysyntax import TextMatch
 from .contract import SearchArea
+from .textcodec import unpack
 
 # -- meta keys: what the store records about itself ----------------------------------------
 
@@ -67,12 +68,14 @@ def set_meta_sql(mark: str) -> str:
 
 
 def write_values(item: Item, content_hash: str, *, with_vector: bool,
-                 print_: int | None = None) -> tuple[Any, ...]:
+                 print_: int | None = None, text: str | bytes | None = None) -> tuple[Any, ...]:
     """The WRITE_COLUMNS values of an item (metadata as JSON text); `print_` is its text's
-    word print when already computed (print_worker.py)."""
+    word print when already computed (print_worker.py); `text` the value the dialect stores
+    for its text (SQLite's textcodec.pack), when not the text itself."""
     return (
-        item.id, item.corpus, item.title, item.text, item.kind, item.scope, item.repo,
-        item.namespace, item.source_url, json.dumps(item.metadata, ensure_ascii=False, sort_keys=True),
+        item.id, item.corpus, item.title, item.text if text is None else text, item.kind,
+        item.scope, item.repo, item.namespace, item.source_url,
+        json.dumps(item.metadata, ensure_ascii=False, sort_keys=True),
         item.created_at, item.updated_at, item.expires_at, item.access_count,
         item.last_accessed_at, bool(item.stale), content_hash, content_hash if with_vector else None,
         word_print(item.text) if print_ is None else print_,
@@ -86,7 +89,7 @@ def given_prints(prints: Sequence[int] | None, n: int) -> Sequence[int | None]:
 
 def row_to_item(row: Sequence[Any]) -> StoredItem:
     """An ITEM_COLUMNS or READ_COLUMNS row as an item; metadata arrives as JSON text or
-    already decoded."""
+    already decoded, the text as it is or packed (SQLite's textcodec)."""
     metadata = row[9]
     if not metadata or metadata == "{}":  # most items: nothing to parse
         metadata = {}
@@ -95,7 +98,7 @@ def row_to_item(row: Sequence[Any]) -> StoredItem:
     # Positional (the order is checked below): a search builds a few dozen of these, and
     # seventeen keywords cost 2.5x the call.
     return StoredItem(
-        row[3], row[0], row[1], row[2], row[4], row[5], row[6], row[7], row[8], metadata,
+        unpack(row[3]), row[0], row[1], row[2], row[4], row[5], row[6], row[7], row[8], metadata,
         row[10], row[11], row[12], row[13], row[14], bool(row[15]),
         row[16] if len(row) > 16 else None,
     )

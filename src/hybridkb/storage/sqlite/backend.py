@@ -502,16 +502,7 @@ class SQLiteBackend:
     def substring_search(self, words: Sequence[str], area: SearchArea, limit: int) -> ScoredKeys:
         if not words or limit <= 0:
             return []
-        where, params = filter_sql(area)
-        where, params, excluded = matching.substring_where(self._text, self._changes, area, where, params)
-        hits = " + ".join(
-            "(instr(lower(i.text), ?) > 0) + (instr(lower(coalesce(i.title, '')), ?) > 0)"
-            for _ in words)
-        word_params = [w for w in words for _ in (0, 1)]
-        sql = (f"SELECT i.rowid, {hits} AS s FROM items i WHERE {where} "
-               f"AND s > 0 ORDER BY s DESC, i.id LIMIT ?")
-        found = self._read(sql, [*word_params, *params, limit + len(excluded)])
-        return [(r[0], float(r[1])) for r in found if r[0] not in excluded][:limit]
+        return matching.substring_hits(self._read, self._text, self._changes, words, area, limit)
 
     def vector_search(self, vector: Vector, area: SearchArea, limit: int) -> ScoredKeys:
         """Cosine KNN over the vector index (base + delta, storage/indexes/vectors.py): corpus,

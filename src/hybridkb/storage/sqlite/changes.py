@@ -17,6 +17,7 @@ from ...model import Item
 from .. import asked, codec
 from ..indexes.text_schema import TextDoc
 from ..indexes.vector_base import Batch
+from ..textcodec import unpack
 from .tables import chunks, marks
 
 Read = Callable[[str, Sequence[Any]], list[Any]]
@@ -34,7 +35,7 @@ def text_doc(row: Sequence[Any]) -> TextDoc:
     except ValueError:
         metadata = {}
     return TextDoc(
-        rowid=int(row[0]), title=row[1], text=row[2] or "", corpus=row[3], kind=row[4], scope=row[5],
+        rowid=int(row[0]), title=row[1], text=unpack(row[2]) or "", corpus=row[3], kind=row[4], scope=row[5],
         repo=row[6], namespace=row[7], metadata=metadata if isinstance(metadata, dict) else {},
         created_at=float(row[9] or 0.0), updated_at=float(row[10] or 0.0),
         expires_at=row[11], stale=bool(row[12]))

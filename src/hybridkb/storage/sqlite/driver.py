@@ -19,7 +19,7 @@ from typing import Any
 
 from ... import textquery
 from ...errors import BackendUnavailableError, StoreError
-from .. import migrations
+from .. import migrations, textcodec
 from . import tables
 
 _driver: ModuleType | None = None
@@ -90,11 +90,39 @@ def connect(path: str, *, timeout: float) -> Any:
     conn.create_function("regexp", 2, _regexp, deterministic=True)
     # What the FTS5 index of migration 002 read (004 drops it for tantivy): CJK runs as bigrams.
     conn.create_function("hybridkb_fts", 1, _fts_text, deterministic=True)
+    conn.create_function("hybridkb_substring_hits", 3, _substring_hits(), deterministic=True)
     return conn
 
 
 def _fts_text(value: object) -> object:
     return textquery.cjk_expand(value) if isinstance(value, str) else value
+
+
+def _substring_hits() -> Callable[[object, object, str], int]:
+    """SQLite's `hybridkb_substring_hits(text, title, words)`, one per connection: how many
+    of the words (joined by SUBSTRING_SEP, lowercase) each of the stored text (packed or
+    plain, textcodec.py) and the title holds, lowercased. Each text is unpacked once: a
+    row is asked twice in a row (its WHERE, then its result column), the second time
+    answered from the first."""
+    last: list[Any] = [None, None, None, 0]
+
+    def hits(text: object, title: object, words: str) -> int:
+        if last[0] == text and last[1] == title and last[2] == words:
+            return int(last[3])
+        body, head = textcodec.lowered(text), textcodec.lowered(title)
+        n = sum((w in body) + (w in head) for w in _split_words(words))
+        last[:] = [text, title, words, n]
+        return n
+
+    return hits
+
+
+SUBSTRING_SEP = "\x1f"  # never inside a word (textquery.plain_words: \w runs)
+
+
+@functools.lru_cache(maxsize=64)
+def _split_words(words: str) -> tuple[str, ...]:
+    return tuple(w for w in words.split(SUBSTRING_SEP) if w)
 
 
 @functools.lru_cache(maxsize=64)
@@ -123,7 +151,8 @@ def integrity_error() -> type[Exception]:
 
 # Migrations whose work depends on what the store holds: run after the file of that name.
 _PYTHON_STEPS: dict[str, Callable[[Any], object]] = {"009_plain_vectors": tables.plain_vectors,
-                                                      "011_half_vectors": tables.half_vectors}
+                                                      "011_half_vectors": tables.half_vectors,
+                                                      "012_packed_text": tables.pack_texts}
 
 
 def migrate(conn: Any) -> str | None:

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .. import codec, records
+from .. import codec, records, textcodec
 
 SET_META = records.set_meta_sql("?")
 CREATE_PENDING = (
@@ -79,6 +79,37 @@ def half_vectors(conn: Any, batch: int = 20_000) -> bool:
         conn.executemany("UPDATE vec_items_pending SET embedding = ? WHERE id = ?",
                          [(codec.stored_from_f32_blob(b), i) for i, b in rows])
     return checked is not None
+
+
+def pack_texts(conn: Any, batch: int = 5_000) -> int:
+    """Migration 012, inside the caller's transaction: every plain text long enough to pack
+    (textcodec.pack) is stored packed. The change log's update trigger is held off meanwhile
+    (the text is the same): it is dropped and made again from its own SQL. Returns how many
+    texts were packed."""
+    trigger = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'items_log_update'").fetchone()
+    if trigger is not None:
+        conn.execute("DROP TRIGGER items_log_update")
+    packed, last = 0, 0
+    while rows := conn.execute(
+            "SELECT rowid, text FROM items WHERE rowid > ? AND typeof(text) = 'text' "
+            "AND length(text) >= ? ORDER BY rowid LIMIT ?",
+            (last, textcodec.PLAIN_CHARS, batch)).fetchall():
+        changed = [(value, rowid) for rowid, text in rows
+                   if not isinstance(value := _packed(text), str)]
+        conn.executemany("UPDATE items SET text = ? WHERE rowid = ?", changed)
+        packed += len(changed)
+        last = int(rows[-1][0])
+    if trigger is not None:
+        conn.execute(str(trigger[0]))
+    return packed
+
+
+def _packed(text: str) -> str | bytes:
+    try:
+        return textcodec.pack(text)
+    except UnicodeEncodeError:  # SQLite kept what Python cannot encode: leave it plain
+        return text
 
 
 class Tables:
