@@ -1,16 +1,19 @@
 """One published generation of the vector index: files written once, then only read.
 
-A generation folder holds the item vectors as a float32 matrix in rowid order
-(`matrix.f32`, memory-mapped: exact scans over a filter's rows gather just those
-pages), the rowids (`rowids.i64`), the attributes the default filters test (corpus
-code, expiry, staleness: masks, so the common search needs no SQL) and, past
-`CODES_MIN_ROWS`, first passes that pick rows for an exact rescore: one-bit codes
-(`codes.u64` with their centre `center.f32`, vector_codes.py, written with the base) and,
-past `ANN_MIN_ROWS` or where the codes fall short, a usearch HNSW graph (`ann.usearch`,
-f16, opened as a memory-mapped view, added in the background). Each build measures its
-passes on the same pseudo-queries (vector_recall.py); searches use the faster of those that
-reach recall@10 0.95, or scan exactly. Nothing is loaded whole: opening a generation maps
-its files. A generation is
+A generation folder holds the item vectors as a matrix in rowid order (memory-mapped:
+exact scans over a filter's rows gather just those pages), the rowids (`rowids.i64`), the
+attributes the default filters test (corpus code, expiry, staleness: masks, so the common
+search needs no SQL) and, past `CODES_MIN_ROWS`, first passes that pick rows for an exact
+rescore: one-bit codes (`codes.u64` with their centre `center.f32`, vector_codes.py,
+written with the base) and, past `ANN_MIN_ROWS` or where the codes fall short, a usearch
+HNSW graph (`ann.usearch`, f16, opened as a memory-mapped view, added in the background).
+A base with codes keeps its matrix at half precision (`matrix.f16`: the stored vectors'
+own values, codec.py, so no score changes), half the disk: its searches widen only the few
+thousand rows they rescore (vector_math.py). A base without codes is scanned whole by
+every search, where widening half rows costs 2.5x the product, so it keeps float32
+(`matrix.f32`). Each build measures its passes on the same pseudo-queries
+(vector_recall.py); searches use the faster of those that reach recall@10 0.95, or scan
+exactly. Nothing is loaded whole: opening a generation maps its files. A generation is
 built in a temporary folder and published by renaming it into place; the store then
 records it (see vectors.py). Its files are never rewritten: measuring its passes again on
 other queries (the store's own, once it has kept enough) adds a small `measured-K.json`
@@ -34,14 +37,19 @@ import numpy.typing as npt
 
 from ...progress import ProgressFactory, no_progress
 from . import vector_codes, verify
-from .vector_math import dot_rows
+from .vector_math import as_float32, dot_rows
 from .vector_recall import Probe, calibrate, kth_scores, probe
 
 Vector = npt.NDArray[np.float32]
 RowIds = npt.NDArray[np.int64]
 
-FORMAT = 3  # 3: rows decoded from half-precision stored vectors (migration 011)
-MAPPED = ("rowids.i64", "matrix.f32", "corpus.i32", "expires.f64", "stale.u8", "codes.u64", "ann.usearch")
+FORMAT = 4  # 4: a coded base's matrix at half precision (meta "matrix": "f16" or "f32")
+# Generations of these formats are still read (searches answer from them) while the base is
+# built again in the current one: 3, the float32 matrix of every base.
+READABLE = (3, FORMAT)
+MATRIX = {"f16": ("matrix.f16", np.float16), "f32": ("matrix.f32", np.float32)}
+MAPPED = ("rowids.i64", "matrix.f16", "matrix.f32", "corpus.i32", "expires.f64", "stale.u8",
+          "codes.u64", "ann.usearch")
 MEASURED = "measured-{}.json"  # a later measurement of a generation's passes (remeasure)
 _AT = "@"  # a published generation's name: its folder, then "@K" once measured again
 # Below this many vectors a base keeps no first pass: an exact scan of the mapped matrix is
@@ -100,7 +108,7 @@ class VectorBase:
     seq: int
     dim: int
     rowids: RowIds
-    matrix: npt.NDArray[np.float32]
+    matrix: npt.NDArray[Any]  # float16 (a coded base) or float32 rows, memory-mapped
     ann: Any | None  # usearch.index.Index view
     corpus_codes: npt.NDArray[np.int32]
     corpus_names: list[str]
@@ -129,6 +137,7 @@ class VectorBase:
     asked_through: int = 0
     measurement: int = 0  # which measured-K.json overlays meta.json (0: none)
     stamps: verify.Stamps = ()  # the mapped files as opened (unchanged(): before searches)
+    outdated: bool = False  # an older FORMAT: searched, and built again in the background
     _rechecked: float = 0.0
 
     @property
@@ -179,7 +188,7 @@ class VectorBase:
             raise BaseUnusable(f"vector index is damaged: {'; '.join(damage[:3])}")
         try:
             meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-            if meta.get("format") != FORMAT:
+            if meta.get("format") not in READABLE:
                 raise BaseUnusable(f"vector base format {meta.get('format')} is not {FORMAT}")
             if measurement:
                 later = json.loads((folder / MEASURED.format(measurement)).read_text(encoding="utf-8"))
@@ -193,7 +202,8 @@ class VectorBase:
                     np.zeros(shape, dtype=dtype)
 
             rowids = mapped("rowids.i64", np.int64, (n,))
-            matrix = mapped("matrix.f32", np.float32, (n, dim))
+            matrix_file, matrix_type = MATRIX[meta.get("matrix", "f32")]
+            matrix = mapped(matrix_file, matrix_type, (n, dim))
             corpus = mapped("corpus.i32", np.int32, (n,))
             expires = mapped("expires.f64", np.float64, (n,))
             stale = mapped("stale.u8", np.uint8, (n,))
@@ -225,7 +235,7 @@ class VectorBase:
                    asked_through=int(meta.get("asked", {}).get("through", 0)),
                    measurement=measurement, first_pass=_first_pass(meta, graph=ann is not None and graph_ok,
                                           codes=codes is not None and rescore is not None),
-                   stamps=verify.stamps(folder, MAPPED))
+                   stamps=verify.stamps(folder, MAPPED), outdated=meta["format"] != FORMAT)
 
     def unchanged(self) -> bool:
         """Whether the mapped files are the ones opened (looked at again at most every
@@ -253,8 +263,7 @@ class VectorBase:
         """Cosine similarity of every row (or of `positions`): vectors are stored unit-length."""
         if positions is None:
             return np.asarray(self.rowids), dot_rows(self.matrix, query)
-        block = self.matrix[positions]
-        return np.asarray(self.rowids[positions]), dot_rows(block, query)
+        return np.asarray(self.rowids[positions]), dot_rows(self.matrix, query, positions)
 
     def coded(self, query: Vector, count: int, mask: npt.NDArray[np.bool_] | None = None
               ) -> tuple[RowIds, Vector]:
@@ -389,8 +398,11 @@ def _build(
     n = 0
     last = -1
     names: dict[str, int] = {}
+    # half precision where the base will have codes (decided on the expected count)
+    matrix_kind = "f16" if ((total >= CODES_MIN_ROWS) if codes is None else codes) else "f32"
+    matrix_file, matrix_type = MATRIX[matrix_kind]
     files = {name: open(tmp / name, "wb")  # noqa: SIM115 - closed below
-             for name in ("rowids.i64", "matrix.f32", "corpus.i32", "expires.f64", "stale.u8")}
+             for name in ("rowids.i64", matrix_file, "corpus.i32", "expires.f64", "stale.u8")}
     try:
         with progress(total, "vector index: copy") as bar:
             for b in batches:
@@ -405,8 +417,9 @@ def _build(
                                      dtype=np.int32, count=len(b.corpora))
                 files["rowids.i64"].write(np.ascontiguousarray(b.rowids, dtype=np.int64).tobytes())
                 # as stored (unit length already, codec.normalized): renormalizing would move
-                # the last bits and reorder ties against the other dialect and the delta
-                files["matrix.f32"].write(np.ascontiguousarray(b.vectors, dtype=np.float32).tobytes())
+                # the last bits and reorder ties against the other dialect and the delta. The
+                # stored vectors are half precision (codec.py), so float16 keeps them exactly.
+                files[matrix_file].write(np.ascontiguousarray(b.vectors, dtype=matrix_type).tobytes())
                 files["corpus.i32"].write(corpus.tobytes())
                 files["expires.f64"].write(np.asarray(b.expires, dtype=np.float64).tobytes())
                 files["stale.u8"].write(np.asarray(b.stale, dtype=np.uint8).tobytes())
@@ -421,7 +434,7 @@ def _build(
     with_codes = (n >= CODES_MIN_ROWS) if codes is None else (codes and n > 0)
     measured: dict[str, Any] = {}
     if with_codes or (graph_due(n, codes_hold=False) if ann is None else ann and n > 0):
-        matrix = np.memmap(tmp / "matrix.f32", dtype=np.float32, mode="r", shape=(n, dim))
+        matrix = np.memmap(tmp / matrix_file, dtype=matrix_type, mode="r", shape=(n, dim))
         queries = asked[0]
         probed = probe(matrix, n) if queries is None else Probe(queries, kth_scores(matrix, queries),
                                                                      sampled=True)
@@ -439,7 +452,7 @@ def _build(
     else:
         with_ann = False
     (tmp / "meta.json").write_text(json.dumps(
-        {"format": FORMAT, "n": n, "dim": dim, "seq": seq, "ann": with_ann,
+        {"format": FORMAT, "matrix": matrix_kind, "n": n, "dim": dim, "seq": seq, "ann": with_ann,
          "corpora": sorted(names, key=names.__getitem__), **measured}), encoding="utf-8")
 
 
@@ -475,7 +488,7 @@ def _write_graph(tmp: Path, matrix: Any, n: int, dim: int, probed: Probe, *,
                 raise BuildCancelled
             stop = min(n, start + step)
             graph.add(np.asarray(rowids_all[start:stop]).astype(np.uint64),
-                      np.asarray(matrix[start:stop]), threads=threads)
+                      as_float32(matrix[start:stop]), threads=threads)
             bar.update(stop - start)
     measured = calibrate(graph, matrix, rowids_all, probed=probed)
     graph.save(str(tmp / "ann.usearch"))

@@ -31,7 +31,7 @@ import numpy.typing as npt
 
 from ..workers import Workers
 from . import vector_recall
-from .vector_math import dot_rows
+from .vector_math import as_float32, dot_rows
 from .vector_recall import K, Probe
 
 Words = npt.NDArray[np.uint64]
@@ -64,14 +64,14 @@ def center_of(matrix: Any, n: int, seed: int = 15) -> npt.NDArray[np.float32]:
         picks = np.arange(n)
     else:
         picks = np.sort(np.random.default_rng(seed).choice(n, CENTER_SAMPLE, replace=False))
-    rows = np.asarray(matrix[picks], dtype=np.float32)
+    rows = as_float32(matrix[picks])
     out: npt.NDArray[np.float32] = rows.mean(axis=0).astype(np.float32)
     return out
 
 
 def encode(vectors: Any, center: npt.NDArray[np.float32]) -> Words:
     """Row-major codes: (rows, words) uint64, bit set where a component exceeds the center."""
-    block = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
+    block = np.atleast_2d(as_float32(vectors))
     bits = np.packbits(block > center, axis=1)
     pad = (-bits.shape[1]) % 8
     if pad:
@@ -165,7 +165,7 @@ def search(columns: Words, center: npt.NDArray[np.float32], matrix: Any, query: 
         dist |= (~mask).astype(np.uint16) * FAR
         rescore = min(rescore, int(np.count_nonzero(mask)))
     picks = closest(dist, rescore)
-    scores = dot_rows(matrix[picks], query)
+    scores = dot_rows(matrix, query, picks)
     return picks, scores
 
 

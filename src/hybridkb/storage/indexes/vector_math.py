@@ -6,6 +6,13 @@ other core is busy costs more than the product: rescoring 1,200 rows took 1.6 ms
 threaded against 0.2 ms on one thread (2-core machine, load 3), and a whole vector
 search at 100k items 8-15 ms against 3.3 ms. einsum's own loop never leaves the thread,
 and on one thread it is within ~10% of BLAS even for 100k rows.
+
+Rows may be half precision (a coded base's matrix, vector_base.py: the stored vectors'
+own precision, codec.py). numpy's float16 -> float32 cast is a scalar loop (about 2.8 ns a
+value: 32 ms for 30,000 x 384 against 2 ms for the product), so half rows are widened by
+bits instead, a block at a time: the sign-extended 16 bits shifted into a float32's place
+(`_widen`) are the value times 2**-112 exactly, and the query is scaled by 2**112 to
+match, so every product and sum is the one float32 rows would give, bit for bit.
 """
 
 from __future__ import annotations
@@ -15,10 +22,53 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+_BLOCK = 1_024  # half rows widened at a time (1.5 MB at 384 dimensions: within L2)
+_SCALE = np.float32(2.0**112)  # a widened half value is the value times 2**-112
+_KEEP = np.int32(-0x70000001)  # 0x8FFFFFFF: the sign and the bits a half value fills
 
-def dot_rows(block: Any, query: Any) -> npt.NDArray[np.float32]:
-    """Each row of `block` (rows x dim) dotted with `query` (dim), as float32."""
-    rows = np.asarray(block, dtype=np.float32)
+
+def _widen(half: Any, out: npt.NDArray[np.int32]) -> npt.NDArray[np.float32]:
+    """`half` (float16 rows) as float32 times 2**-112, written into `out` (int32, same shape)."""
+    out[...] = np.asarray(half).view(np.int16)  # sign-extended (a shift that casts is 2x slower)
+    np.left_shift(out, 13, out=out)
+    np.bitwise_and(out, _KEEP, out=out)
+    widened: npt.NDArray[np.float32] = out.view(np.float32)
+    return widened
+
+
+def as_float32(block: Any) -> npt.NDArray[np.float32]:
+    """Rows as float32: exact for half rows, and about 3x faster than numpy's own cast."""
+    rows = np.asarray(block)
+    if rows.dtype != np.float16:
+        out: npt.NDArray[np.float32] = np.asarray(rows, dtype=np.float32)
+        return out
+    widened = _widen(rows, np.empty(rows.shape, dtype=np.int32))
+    np.multiply(widened, _SCALE, out=widened)
+    return widened
+
+
+def dot_rows(block: Any, query: Any, positions: Any = None) -> npt.NDArray[np.float32]:
+    """Each row of `block` (rows x dim, float32 or float16; only the rows at `positions`
+    when given) dotted with `query` (dim), as float32."""
     q = np.asarray(query, dtype=np.float32).reshape(-1)
+    if getattr(block, "dtype", None) == np.float16:
+        return _dot_half(block, q, positions)
+    rows = np.asarray(block if positions is None else block[positions], dtype=np.float32)
     out: npt.NDArray[np.float32] = np.einsum("ij,j->i", rows, q)  # (0, dim) gives (0,)
+    return out
+
+
+def _dot_half(block: Any, q: npt.NDArray[np.float32], positions: Any
+              ) -> npt.NDArray[np.float32]:
+    """Half rows widened a block at a time (those at `positions` gathered a block at a time:
+    a filter's 50,000 rows are never copied whole)."""
+    n = len(block) if positions is None else len(positions)
+    out: npt.NDArray[np.float32] = np.empty(n, dtype=np.float32)
+    scaled = q * _SCALE
+    buffer = np.empty((min(n, _BLOCK), q.shape[0]), dtype=np.int32)
+    for start in range(0, n, _BLOCK):
+        stop = min(n, start + _BLOCK)
+        rows = block[start:stop] if positions is None else block[positions[start:stop]]
+        widened = _widen(rows, buffer[: stop - start])
+        np.einsum("ij,j->i", widened, scaled, out=out[start:stop])
     return out

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .vector_math import dot_rows
+from .vector_math import as_float32, dot_rows
 
 RECALL_TARGET = 0.95
 # A sample of the store's own queries (storage/asked.py) must reach the target by this many
@@ -88,7 +88,7 @@ def probe(matrix: Any, n: int) -> Probe:
 def pseudo_queries(matrix: Any, n: int, seed: int = 15, sample: int = SAMPLE) -> npt.NDArray[np.float32]:
     rng = np.random.default_rng(seed)
     picks = np.sort(rng.choice(n, sample * PARTS, replace=n < sample * PARTS))
-    rows = np.asarray(matrix[picks], dtype=np.float32)[rng.permutation(sample * PARTS)]
+    rows = as_float32(matrix[picks])[rng.permutation(sample * PARTS)]
     summed = rows.reshape(sample, PARTS, -1).sum(axis=1)
     norms = np.linalg.norm(summed, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
@@ -100,7 +100,7 @@ def kth_scores(matrix: Any, queries: npt.NDArray[np.float32], k: int = K) -> npt
     """Each query's k-th best exact score, the matrix scanned in blocks (bounded memory)."""
     best = np.full((len(queries), 0), -np.inf, dtype=np.float32)
     for start in range(0, len(matrix), _BLOCK):
-        block = np.asarray(matrix[start : start + _BLOCK], dtype=np.float32)
+        block = as_float32(matrix[start : start + _BLOCK])
         both = np.concatenate([best, queries @ block.T], axis=1)
         best = -np.sort(-both, axis=1)[:, :k]
     out: npt.NDArray[np.float32] = best[:, -1]

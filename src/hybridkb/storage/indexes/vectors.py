@@ -310,7 +310,10 @@ class VectorIndexSync:
         return self._lacks_pass(base)
 
     def _lacks_pass(self, base: VectorBase) -> bool:
-        """The base lacks a first pass the mode and its size call for."""
+        """The base lacks a first pass the mode and its size call for, or is of an older
+        format (vector_base.READABLE: it answers until the next generation replaces it)."""
+        if base.outdated:
+            return True
         if self.ann == "codes":
             return base.codes is None and len(base) > 0
         wanted = self._wants_ann()
