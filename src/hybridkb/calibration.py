@@ -28,6 +28,7 @@ and tqdm (docs/benchmarks.md). Re-fit with:
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -80,23 +81,26 @@ def tokens(text: str) -> list[str]:
     """Lowercase word tokens, split as the full-text query splits them."""
     if text.isascii():
         return text.lower().encode("ascii").translate(_ASCII_WORDS).decode("ascii").split()
-    return [t.lower() for t in _WORD.findall(cjk_expand(text))]
+    return list(map(str.lower, _WORD.findall(cjk_expand(text))))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def fold(token: str) -> str:
-    """A light suffix fold, so "vitamins" meets "vitamin" and "raised" meets "raise"."""
+    """A light suffix fold, so "vitamins" meets "vitamin" and "raised" meets "raise".
+    Kept per word: a search folds every word of its ~100 candidates' texts."""
     for suffix in _SUFFIXES:
         if token.endswith(suffix) and len(token) - len(suffix) >= 4 and not token.endswith("ss"):
             return token[: -len(suffix)]
     return token
 
 
-def _forms(word: str) -> tuple[str, ...]:
+@functools.lru_cache(maxsize=4096)
+def _forms(word: str) -> frozenset[str]:
     stem = fold(word)
     forms = [word, stem, *(stem + s for s in _ENDINGS)]
     if stem.endswith("e") and len(stem) > 4:  # "restore" meets "restored", "restoring"
         forms.extend(stem[:-1] + s for s in ("ed", "ing", "es"))
-    return tuple(forms)
+    return frozenset(forms)
 
 
 def coverage(terms: Sequence[Sequence[str]], text: str) -> float:
@@ -105,15 +109,16 @@ def coverage(terms: Sequence[Sequence[str]], text: str) -> float:
     suffix fold), so an identifier or a phrase counts whole or not at all."""
     if not terms:
         return 0.0
-    words: set[str] = set(tokens(text))
+    listed = tokens(text)
+    words: set[str] = set(listed)
     seq: list[str] | None = None
     found = 0
     for term in terms:
-        if not term or not all(any(f in words for f in _forms(w)) for w in term):
+        if not term or any(words.isdisjoint(_forms(w)) for w in term):
             continue
         if len(term) > 1:
             if seq is None:
-                seq = [fold(t) for t in tokens(text)]
+                seq = list(map(fold, listed))
             if not _contains_run(seq, [fold(w) for w in term]):
                 continue
         found += 1
