@@ -46,6 +46,18 @@ def test_pack_round_trips(text: str) -> None:
     assert isinstance(packed, str) == (len(text) < textcodec.PLAIN_CHARS or packed == text)
 
 
+def test_a_batch_packs_and_unpacks_as_each_text_alone() -> None:
+    texts = [*TEXTS.values(), "", LONG, "ab" * 100]
+    packed = textcodec.pack_many(texts)
+    assert packed == [textcodec.pack(t) for t in texts]
+    assert textcodec.unpack_many(packed) == texts
+    rows = [(i, "title", value) for i, value in enumerate(packed)]
+    assert textcodec.unpacked_rows(rows, 2) == [(i, "title", t) for i, t in enumerate(texts)]
+    assert textcodec.pack_many([]) == [] and textcodec.unpack_many([]) == []
+    with pytest.raises(StoreError, match="damaged"):  # a bad frame among good ones is named
+        textcodec.unpack_many([packed[0], b"\x28\xb5\x2f\xfd broken", packed[0]])
+
+
 def test_a_text_that_would_not_shrink_stays_plain() -> None:
     assert textcodec.pack(TEXTS["incompressible"]) == TEXTS["incompressible"]
     assert isinstance(textcodec.pack(LONG), bytes)

@@ -32,6 +32,7 @@ from ..indexes.text_schema import title_repeat
 from ..indexes.vector_base import Wanted
 from ..indexes.vectors import ANN_MODES, VectorIndexSync, knn
 from ..records import DEFAULT_BM25_WEIGHTS, META_PENDING_VECTOR_DIM, META_VECTOR_DIM
+from ..textcodec import unpacked_rows
 from . import derived, maintenance, matching
 from . import driver as sqlite_driver
 from .changes import SQLiteChanges, prune_passed
@@ -297,12 +298,15 @@ class SQLiteBackend:
     def bulk_writes(self) -> Iterator[None]:
         """Around many batches (KnowledgeBase.add_many): each batch also goes into the text
         index (TextIndexSync.feeding); then the vector base the next search would have to
-        build first is built here (a failure is the next search's to retry)."""
+        build first is built here (a failure is the next search's to retry), and a large WAL cut."""
         with self._text.feeding():
             yield
         if (dim := self.vector_dim()) is not None and not (self.newer_schema or self.damaged):
             with suppress(Exception):
                 self._vectors.settle(dim)
+        if self.index_dir is not None:  # a file, not ":memory:"
+            with self._lock, suppress(self._database_error):
+                maintenance.truncate_wal(self._conn, self.path, int(BUSY_TIMEOUT_S * 1000))
 
     def _prune_log(self, conn: Any) -> None:
         """Every ~1000 writes, drop the log rows both derived indexes on disk have passed.
@@ -383,7 +387,7 @@ class SQLiteBackend:
             if not include_expired:
                 sql += " AND (expires_at IS NULL OR expires_at > ?)"
                 params.append(now)
-            for row in self._read(sql, params):
+            for row in unpacked_rows(self._read(sql, params), 3):
                 found[row[0]] = records.row_to_item(row)
         return records.in_order(ids, found)
 
@@ -392,8 +396,8 @@ class SQLiteBackend:
         table's own key."""
         found: dict[Key, StoredItem] = {}
         for chunk in _chunks(list(keys)):
-            found.update((row[0], records.row_to_item(row[1:])) for row in self._read(
-                f"SELECT rowid, {_READ_COLUMNS} FROM items WHERE rowid IN ({_marks(len(chunk))})", chunk))
+            found.update((row[0], records.row_to_item(row[1:])) for row in unpacked_rows(self._read(
+                f"SELECT rowid, {_READ_COLUMNS} FROM items WHERE rowid IN ({_marks(len(chunk))})", chunk), 4))
         # SQLite gives a deleted item's rowid to the next item written: a rowid deleted since
         # the search began (checked only when the store changed meanwhile: one `PRAGMA
         # data_version`) no longer names the hit's item.
@@ -437,7 +441,7 @@ class SQLiteBackend:
             if not rows:
                 return
             last = rows[-1][0]
-            yield [records.row_to_item(r[1:]) for r in rows]
+            yield [records.row_to_item(r[1:]) for r in unpacked_rows(rows, 4)]
 
     def vectors_for(self, ids: Sequence[str]) -> dict[str, Vector]:
         if self.vector_dim() is None:

@@ -17,7 +17,7 @@ from ...model import Item
 from .. import asked, codec
 from ..indexes.text_schema import TextDoc
 from ..indexes.vector_base import Batch
-from ..textcodec import unpack
+from ..textcodec import unpack, unpacked_rows
 from .tables import chunks, marks
 
 Read = Callable[[str, Sequence[Any]], list[Any]]
@@ -114,9 +114,9 @@ class SQLiteChanges:
     def text_docs(self, rowids: Sequence[int]) -> list[TextDoc]:
         docs: list[TextDoc] = []
         for chunk in chunks(rowids):
-            docs.extend(text_doc(r) for r in self._read(
+            docs.extend(text_doc(r) for r in unpacked_rows(self._read(
                 f"SELECT {DOC_COLUMNS} FROM items WHERE rowid IN ({marks(len(chunk))})",
-                list(chunk)))
+                list(chunk)), 2))
         return docs
 
     def asked_queries(self, dim: int) -> tuple[Any, int]:
@@ -138,7 +138,7 @@ class SQLiteChanges:
             if not rows:
                 return
             last = int(rows[-1][0])
-            yield [text_doc(r) for r in rows]
+            yield [text_doc(r) for r in unpacked_rows(rows, 2)]
 
     def item_rowids(self) -> list[int]:
         return [int(r[0]) for r in self._read("SELECT rowid FROM items ORDER BY rowid", ())]

@@ -8,6 +8,7 @@ not hide the others); `repair` rebuilds the derived parts inside the caller's tr
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,6 +22,29 @@ COUNTS_DISAGREE = (
     "SELECT count(*) FROM (SELECT corpus, count(*) AS n FROM items GROUP BY corpus) i "
     "FULL JOIN (SELECT corpus, n FROM corpus_counts WHERE n != 0) c ON c.corpus = i.corpus "
     "WHERE i.n IS NOT c.n")
+
+
+WAL_CUT_BYTES = 4 << 20  # a WAL this large after a bulk write is cut (SQLite's own
+# checkpoints, every 1000 pages, restart it but keep its file at the largest it grew to)
+
+
+def truncate_wal(conn: Any, path: str, busy_timeout_ms: int) -> bool:
+    """After a bulk write, outside a transaction: once the WAL has grown past WAL_CUT_BYTES
+    (a large load: 9 MB after 100k items, kept until the last connection closes), its
+    pages copied into the file and the WAL cut to nothing. A small write costs one stat.
+    Never waits: while another connection reads, the WAL is left as it is. Returns whether
+    it was cut."""
+    try:
+        if os.stat(f"{path}-wal").st_size < WAL_CUT_BYTES:
+            return False
+    except OSError:
+        return False
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+    return not busy
 
 
 def integrity_problems(read: Read, vector_dim: int | None) -> list[str]:

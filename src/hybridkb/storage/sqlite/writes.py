@@ -17,7 +17,7 @@ from ...model import Item
 from .. import codec, records
 from ..contract import Vector
 from ..indexes.text_schema import TextDoc
-from ..textcodec import pack
+from ..textcodec import pack_many
 from .changes import DOC_COLUMNS, doc_of_item, text_doc
 from .tables import chunks, marks
 
@@ -36,10 +36,10 @@ def write_rows(conn: Any, items: Sequence[Item], vectors: Sequence[Vector | None
     vector_rows: list[tuple[int, bytes]] = []
     dropped: list[int] = []
     docs: list[TextDoc] = []
-    values = [records.write_values(item, chash, with_vector=vec is not None, print_=p,
-                                   text=pack(item.text))
-              for item, vec, chash, p in zip(items, vectors, content_hashes,
-                                             records.given_prints(prints, len(items)), strict=True)]
+    values = [records.write_values(item, chash, with_vector=vec is not None, print_=p, text=text)
+              for item, vec, chash, p, text in zip(
+                  items, vectors, content_hashes, records.given_prints(prints, len(items)),
+                  pack_many([item.text for item in items]), strict=True)]
     first = None if replace else _next_rowid(conn, len(items))
     if first is not None:
         conn.executemany(_INSERT, [(first + i, *row) for i, row in enumerate(values)])
