@@ -2,7 +2,7 @@
 
 On a large load (PRINTS_AHEAD_MIN items and more) a second process computes each batch's
 word prints (print_worker.py) while this one writes the batch before it and prepares the
-next, so the writing thread is spared a fifth of its work. A batch is then written one
+next, so the writing thread is spared a quarter of its work. A batch is then written one
 batch late; when preparing an item fails (a bad item, a failing iterator), the batch
 before it is written first, so every batch before the failing one is in the store, as
 without the worker.

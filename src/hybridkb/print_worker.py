@@ -2,7 +2,7 @@
 
 Every item is written with its word print (dedup.word_print: the hash of its sorted word
 set, what a search's near-duplicate collapse compares). In Python that is 55-90 us an item,
-a fifth of a bulk add's time on the writing thread, and threads cannot share it (the work
+a quarter of a bulk add's time on the writing thread, and threads cannot share it (the work
 holds the GIL). So a large load hands each batch's texts to this worker while it writes the
 batch before (batches.py): `python -m hybridkb.print_worker`, reading frames from its
 stdin and answering on its stdout. A frame is an 8-byte little-endian length and then a
@@ -30,9 +30,11 @@ from typing import BinaryIO
 
 _LENGTH = struct.Struct("<Q")
 TIMEOUT_S = 60.0  # for an answer (the first one includes the worker's import, ~0.3 s)
-# The writing thread, the text index's indexing thread and the worker each want a core;
-# with fewer the worker only takes time from the other two (2 cores: no gain, measured).
-MIN_CPUS = 3
+# The worker wants a core beside the writing thread. On 2 cores, shared with the text
+# index's indexing thread, it still takes 42 of the writing thread's ~155 us an item for
+# ~8 us more CPU in all (50,000 items, 2026-11-29, load 8: 619-635 against 679-694 us an
+# item). On one core it could only take time from the writer.
+MIN_CPUS = 2
 
 
 def available() -> bool:
