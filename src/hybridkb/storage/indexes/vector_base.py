@@ -198,7 +198,9 @@ class VectorBase:
             n, dim = int(meta["n"]), int(meta["dim"])
 
             def mapped(name: str, dtype: Any, shape: tuple[int, ...]) -> Any:
-                return np.memmap(folder / name, dtype=dtype, mode="r", shape=shape) if n else \
+                # a plain array over the map (it keeps the map open): slicing a np.memmap runs
+                # Python code for each slice, under the GIL, and the code scan slices ~100 times
+                return np.asarray(np.memmap(folder / name, dtype=dtype, mode="r", shape=shape)) if n else \
                     np.zeros(shape, dtype=dtype)
 
             rowids = mapped("rowids.i64", np.int64, (n,))
@@ -434,7 +436,7 @@ def _build(
     with_codes = (n >= CODES_MIN_ROWS) if codes is None else (codes and n > 0)
     measured: dict[str, Any] = {}
     if with_codes or (graph_due(n, codes_hold=False) if ann is None else ann and n > 0):
-        matrix = np.memmap(tmp / matrix_file, dtype=matrix_type, mode="r", shape=(n, dim))
+        matrix = np.asarray(np.memmap(tmp / matrix_file, dtype=matrix_type, mode="r", shape=(n, dim)))
         queries = asked[0]
         probed = probe(matrix, n) if queries is None else Probe(queries, kth_scores(matrix, queries),
                                                                      sampled=True)
