@@ -68,7 +68,7 @@ def test_optimize_on_a_store_without_vectors(tmp_path: Path) -> None:
     db = tmp_path / "plain.db"
     with hybridkb.open(str(db), embedder=None) as kb:
         kb.add("only text here", id="t1")
-        assert kb.optimize() == {"text_documents": 1, "text_seq": 1}
+        assert kb.optimize() == {"text_documents": 1, "text_seq": 1, "reclaimed_bytes": 0}
     result = CliRunner().invoke(cli, ["--db", str(tmp_path / "missing.db"), "optimize"])
     assert result.exit_code != 0 and "no store" in result.output
 

@@ -171,3 +171,28 @@ def test_a_failed_write_leaves_no_packed_row(tmp_path: Path) -> None:
             kb.add_many([{"id": "b", "text": LONG}, {"id": "c", "text": "bad \ud800 surrogate" * 10}])
         assert kb.get_many(["b"]) == [] and kb.count() == 1
         assert kb.get("a").text == LONG  # type: ignore[union-attr]
+
+
+def test_optimize_returns_the_pages_the_migration_freed(tmp_path: Path) -> None:
+    path = tmp_path / "kb.db"
+    items = [{"id": f"i{i}", "text": f"{LONG} number {i}"} for i in range(1500)]
+    with hybridkb.open(path, embedder=HashingEmbedder(16)) as kb:
+        kb.add_many(items)
+        assert kb.optimize()["reclaimed_bytes"] == 0  # nothing free: no VACUUM
+    _as_before_012(path)
+    with hybridkb.open(path, embedder=HashingEmbedder(16)) as kb:  # packs the texts
+        before = path.stat().st_size
+        assert _rows(path, "SELECT value FROM meta WHERE key = 'vacuum_due'") == [("1",)]
+        report = kb.optimize()
+        assert report["reclaimed_bytes"] > before / 2
+        assert _rows(path, "SELECT value FROM meta WHERE key = 'vacuum_due'") == []
+        assert kb.optimize()["reclaimed_bytes"] == 0  # once
+        with closing(driver.connect(str(path), timeout=5)) as conn:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        assert path.stat().st_size < before / 2
+        assert [i.text for i in kb.get_many(["i0", "i1499"])] == [items[0]["text"], items[-1]["text"]]
+        assert kb.search("number 1499 zebrafish", mode="fts").ids[0] == "i1499"
+        assert kb.search("number 12 zebrafish", mode="vector").hits
+        kb.add(LONG + " after the vacuum", id="later")
+        assert kb.get("later").text == LONG + " after the vacuum"
+        assert kb.check()["ok"]

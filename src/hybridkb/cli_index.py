@@ -221,6 +221,8 @@ def optimize(ctx: Context) -> None:
                 shape += f", measured {on}"
             done = "built now" if report["vector_base_built"] else "already current"
             click.echo(f"vector index: {report['vectors']} vectors, {shape}, {done}")
+        if report.get("reclaimed_bytes"):
+            click.echo(f"file: {report['reclaimed_bytes'] / 1e6:.1f} MB of free pages returned")
         click.echo(f"done in {report['seconds']:.1f}s")
 
     emit(ctx, report, human)

@@ -570,9 +570,14 @@ class SQLiteBackend:
     def optimize(self) -> dict[str, Any]:
         """Every derived index caught up in the foreground (`hybridkb optimize`): the text
         index holds every committed write, and the vector base every vector, with the graph
-        its size calls for. A short-lived process never waits for the background build."""
+        its size calls for; a file a quarter free pages VACUUMed (maintenance.reclaim: best
+        effort). A short-lived process never waits for the background build."""
         text = self._text.current()
-        out: dict[str, Any] = {"text_documents": text.doc_count(), "text_seq": text.seq}
+        out: dict[str, Any] = {"text_documents": text.doc_count(), "text_seq": text.seq,
+                               "reclaimed_bytes": 0}
+        with self._lock, suppress(self._database_error):  # VACUUM needs room on the disk
+            if not (self.newer_schema or self.damaged):
+                out["reclaimed_bytes"] = maintenance.reclaim(self._conn)
         dim = self.vector_dim()
         if dim is not None and self.index_dir is not None:
             out.update(self._vectors.summary(dim, self._vectors.optimize(dim)))

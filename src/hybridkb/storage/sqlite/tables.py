@@ -85,7 +85,8 @@ def pack_texts(conn: Any, batch: int = 5_000) -> int:
     """Migration 012, inside the caller's transaction: every plain text long enough to pack
     (textcodec.pack) is stored packed. The change log's update trigger is held off meanwhile
     (the text is the same): it is dropped and made again from its own SQL. Returns how many
-    texts were packed."""
+    texts were packed; when any, `hybridkb optimize` will VACUUM the file (their pages stay
+    half empty until then)."""
     trigger = conn.execute(
         "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'items_log_update'").fetchone()
     if trigger is not None:
@@ -95,20 +96,29 @@ def pack_texts(conn: Any, batch: int = 5_000) -> int:
             "SELECT rowid, text FROM items WHERE rowid > ? AND typeof(text) = 'text' "
             "AND length(text) >= ? ORDER BY rowid LIMIT ?",
             (last, textcodec.PLAIN_CHARS, batch)).fetchall():
-        changed = [(value, rowid) for rowid, text in rows
-                   if not isinstance(value := _packed(text), str)]
+        changed = [(value, rowid) for (rowid, _), value in zip(rows, _packed([r[1] for r in rows]),
+                                                               strict=True) if isinstance(value, bytes)]
         conn.executemany("UPDATE items SET text = ? WHERE rowid = ?", changed)
         packed += len(changed)
         last = int(rows[-1][0])
     if trigger is not None:
         conn.execute(str(trigger[0]))
+    if packed:  # the rows shrank in place: `optimize` writes the file anew (maintenance.reclaim)
+        conn.execute(SET_META, ("vacuum_due", "1"))
     return packed
 
 
-def _packed(text: str) -> str | bytes:
+def _packed(texts: list[str]) -> list[str | bytes]:
+    try:
+        return textcodec.pack_many(texts)
+    except UnicodeEncodeError:  # SQLite kept what Python cannot encode: that one stays plain
+        return [_packed_alone(text) for text in texts]
+
+
+def _packed_alone(text: str) -> str | bytes:
     try:
         return textcodec.pack(text)
-    except UnicodeEncodeError:  # SQLite kept what Python cannot encode: leave it plain
+    except UnicodeEncodeError:
         return text
 
 
