@@ -106,6 +106,14 @@ def to_stored_blob(vector: Sequence[float] | Vector) -> bytes:
     return np.asarray(vector, dtype=DTYPE).astype(_STORED_DTYPE).tobytes()
 
 
+def to_stored_blobs(vectors: Sequence[Vector]) -> list[bytes]:
+    """`to_stored_blob` of each of `vectors` (all of one size), converted in one go."""
+    if not vectors:
+        return []
+    half = np.asarray(np.stack(vectors), dtype=DTYPE).reshape(len(vectors), -1).astype(_STORED_DTYPE)
+    return [row.tobytes() for row in half]
+
+
 def from_stored_blob(blob: bytes) -> Vector:
     out: Vector = np.frombuffer(blob, dtype=_STORED_DTYPE).astype(DTYPE)
     return out

@@ -67,6 +67,10 @@ def set_meta_sql(mark: str) -> str:
             f"ON CONFLICT (key) DO UPDATE SET value = excluded.value")
 
 
+# One encoder for every row: json.dumps with options builds a new JSONEncoder per call.
+_metadata_json = json.JSONEncoder(ensure_ascii=False, sort_keys=True).encode
+
+
 def write_values(item: Item, content_hash: str, *, with_vector: bool,
                  print_: int | None = None, text: str | bytes | None = None) -> tuple[Any, ...]:
     """The WRITE_COLUMNS values of an item (metadata as JSON text); `print_` is its text's
@@ -75,7 +79,7 @@ def write_values(item: Item, content_hash: str, *, with_vector: bool,
     return (
         item.id, item.corpus, item.title, item.text if text is None else text, item.kind,
         item.scope, item.repo, item.namespace, item.source_url,
-        json.dumps(item.metadata, ensure_ascii=False, sort_keys=True),
+        "{}" if item.metadata == {} else _metadata_json(item.metadata),
         item.created_at, item.updated_at, item.expires_at, item.access_count,
         item.last_accessed_at, bool(item.stale), content_hash, content_hash if with_vector else None,
         word_print(item.text) if print_ is None else print_,

@@ -33,7 +33,7 @@ def write_rows(conn: Any, items: Sequence[Item], vectors: Sequence[Vector | None
     keeps) and their vectors (a replaced row's old one deleted; a new row has none); return
     the rows' text-index documents when `feeding` (a bulk write hands them to the index).
     `prints`: the texts' word prints, when computed already (else computed here)."""
-    vector_rows: list[tuple[int, bytes]] = []
+    vector_rows: list[int] = []  # the rowids of `given`
     dropped: list[int] = []
     docs: list[TextDoc] = []
     values = [records.write_values(item, chash, with_vector=vec is not None, print_=p, text=text)
@@ -54,10 +54,12 @@ def write_rows(conn: Any, items: Sequence[Item], vectors: Sequence[Vector | None
         kept = [r[0] for r in returned]
         rows = [r[1:] for r in returned]
         rowids = [int(r[1]) for r in returned]
+    given: list[Vector] = []
     for item, vec, rowid, kept_hash, row in zip(items, vectors, rowids, kept, rows, strict=True):
         if vec is not None:
             codec.check_dim(vec, dim, label=f"item {item.id!r}: vector")
-            vector_rows.append((rowid, codec.to_stored_blob(vec)))
+            given.append(vec)
+            vector_rows.append(rowid)
         if replace and dim is not None and (vec is not None or kept_hash is None):
             dropped.append(rowid)
         if feeding:
@@ -65,7 +67,8 @@ def write_rows(conn: Any, items: Sequence[Item], vectors: Sequence[Vector | None
     for chunk in chunks(dropped):
         conn.execute(f"DELETE FROM vec_items WHERE rowid IN ({marks(len(chunk))})", chunk)
     if vector_rows:
-        conn.executemany("INSERT INTO vec_items (rowid, embedding) VALUES (?, ?)", vector_rows)
+        conn.executemany("INSERT INTO vec_items (rowid, embedding) VALUES (?, ?)",
+                         zip(vector_rows, codec.to_stored_blobs(given), strict=True))
     return docs
 
 
