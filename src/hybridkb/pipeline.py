@@ -10,6 +10,7 @@ this module knows fusion.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -157,6 +158,11 @@ class _Judge:
         vec = lists.get("vector") or []
         self.floor = vec[-1][1] if vec else None  # a cosine below the list's last, at most this
         self._known: dict[Key, tuple[Evidence, float]] = {}
+        # Whether the relevance reads the query terms' coverage of the text (not a vector-only
+        # search's model): else coverage is worked out for the page's hits only (`shown`), not
+        # for each of the ~50 candidates ranked (tokenizing their texts was most of the work).
+        weights = calibration.COEFFICIENTS[self.kind]
+        self.ranks_by_coverage = bool(weights[1] or weights[5])
 
     def of(self, doc: Key, item: StoredItem) -> tuple[Evidence, float]:
         known = self._known.get(doc)
@@ -164,18 +170,27 @@ class _Judge:
             known = self._known[doc] = self._judge(doc, item)
         return known
 
+    def shown(self, doc: Key, item: StoredItem, ev: Evidence) -> Evidence:
+        """`ev` as a hit shows it: with its coverage where ranking did without it."""
+        if self.ranks_by_coverage:
+            return ev
+        return dataclasses.replace(ev, coverage=calibration.coverage(self.terms, _text(item)))
+
     def _judge(self, doc: Key, item: StoredItem) -> tuple[Evidence, float]:
         text_name = "fts" if "fts" in self.scores else "substring"
         bm25 = self.scores.get(text_name, {}).get(doc)
         cosine = self.scores.get("vector", {}).get(doc)
-        text = f"{item.title} {item.text}" if item.title else item.text
         ev = Evidence(
-            coverage=calibration.coverage(self.terms, text),
+            coverage=calibration.coverage(self.terms, _text(item)) if self.ranks_by_coverage else 0.0,
             bm25=0.0 if bm25 is None else calibration.scaled(bm25, self.bounds[text_name]),
             vector=0.0 if cosine is None else calibration.scaled(cosine, self.bounds["vector"]),
             cosine_z=calibration.cosine_z(cosine if cosine is not None else self.floor or 0.0,
                                           self.background) if "vector" in self.scores else 0.0)
         return ev, calibration.relevance(ev, self.kind)
+
+
+def _text(item: StoredItem) -> str:
+    return f"{item.title} {item.text}" if item.title else item.text
 
 
 QueryEmbedder = Callable[[str], Vector]
@@ -502,7 +517,8 @@ def _hit(
         id=item.id, corpus=item.corpus, text=item.text, title=item.title, kind=item.kind,
         score=boosted_by(cand.relevance, product), relevance=cand.relevance,
         fusion_score=cand.fused, boosts=dict(factors),
-        evidence={**(cand.evidence.to_dict() if cand.evidence else {}), "calibrated": cand.calibrated},
+        evidence={**(cand.owner.judge.shown(doc, item, cand.evidence).to_dict() if cand.evidence else {}),
+                  "calibrated": cand.calibrated},
         source_label=_label(item, labels), source_url=item.source_url,
         metadata=item.metadata, created_at=item.created_at, retrievers=cand.owner.retrievers(doc),
         alternate_sources=[{"id": items[a].id, "source": _label(items[a], labels)}
