@@ -45,6 +45,19 @@ def test_an_exact_match_outweighs_a_strong_vector_neighbour() -> None:
     assert calibration.relevance(exact, "hybrid") > calibration.relevance(neighbour, "hybrid")
 
 
+def test_a_vector_list_top_at_the_background_is_no_evidence() -> None:
+    at_noise = Evidence(coverage=0.0, bm25=0.0, vector=1.2, cosine_z=calibration.GATE[0])
+    unlisted = Evidence(coverage=0.0, bm25=0.0, vector=0.0, cosine_z=calibration.GATE[0])
+    assert calibration.relevance(at_noise, "hybrid") == calibration.relevance(unlisted, "hybrid")
+    assert at_noise.counted_vector == 0.0
+    assert Evidence(vector=0.8, cosine_z=calibration.GATE[1]).counted_vector == 0.8
+    half = (calibration.GATE[0] + calibration.GATE[1]) / 2
+    assert Evidence(vector=0.8, cosine_z=half).counted_vector == pytest.approx(0.4)
+    # a document holding one of the query's words outranks it
+    word = Evidence(coverage=0.25, bm25=0.3, vector=0.0, cosine_z=calibration.GATE[0] - 1)
+    assert calibration.relevance(word, "hybrid") > calibration.relevance(at_noise, "hybrid")
+
+
 def test_cosine_z_and_dbsf_bounds() -> None:
     assert calibration.cosine_z(0.4, Background(0.2, 0.05)) == pytest.approx(4.0)
     assert calibration.cosine_z(0.4, Background(0.2, 0.0)) == pytest.approx(10.0)  # floor 0.02
@@ -78,6 +91,16 @@ def test_the_harness_credits_a_collapsed_hit_for_the_first_uncredited_relevant_i
     got = credit([["a", "b"], ["a2", "a"], ["a"]], judged)
     assert got[:2] == ["a", "a2"] and got[2] != "a" and got[2] not in judged
     assert credit([["b", "c"], ["q", "b", "c"]], judged) == ["b", "c"]
+
+
+def test_the_min_score_curve_of_first_hits() -> None:
+    from hybridkb.evaluation.metrics import min_score_curve
+
+    got = min_score_curve([(0.9, True), (0.3, True), (0.05, False), (0.6, False)], (0.2, 0.5))
+    assert got["relevant"] == 2 and got["irrelevant"] == 2
+    assert got["curve"] == {"0.2": {"kept": 1.0, "dropped": 0.5},
+                            "0.5": {"kept": 0.5, "dropped": 0.5}}
+    assert min_score_curve([], (0.2,))["curve"] == {"0.2": {"kept": None, "dropped": None}}
 
 
 CODE = {

@@ -159,3 +159,19 @@ def test_query_typo_option_lowers_full_text(sets: tuple[Path, Path]) -> None:
     typed = evaluate(sets[0], None, EvalOptions(modes=["fts"], default_row=False, query_typos=True))
     assert typed.dataset == "scifact+typos"
     assert typed.rows[0].scores["ndcg@10"] < clean.rows[0].scores["ndcg@10"] - 0.05
+
+
+def test_a_note_counts_above_a_match_only_when_it_holds_no_query_word() -> None:
+    from hybridkb.evaluation.beir import Dataset, Document, Query
+    from hybridkb.evaluation.multi import _Words
+
+    data = Dataset("set", "test", Path("c"), Path("q"), [
+        Document("a", None, "airport body scanners"), Document("b", None, "toner within days")],
+        [Query("q1", "airport scanners"), Query("q2", "toner within")], {})
+    words = _Words([(data, data.queries, None)], distractors=True)
+    own = {"a", "b"}
+    # note-2 (the printer) shares no word with "airport scanners": above "a", it counts
+    assert words.counts({"q1": ["note-2", "a"]}, data.queries[:1], own, "set:") == (1, 1)
+    assert words.counts({"q1": ["a", "note-2"]}, data.queries[:1], own, "set:") == (0, 1)
+    # note-2 holds "toner" (and note-3 "within"): a word match like "b", not a distractor
+    assert words.counts({"q2": ["note-2", "note-3", "b"]}, data.queries[1:], own, "set:") == (0, 1)

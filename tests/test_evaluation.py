@@ -296,6 +296,9 @@ def test_cli_json_shape(scifact: Path, tmp_path: Path) -> None:
     for row in rows:
         assert {"ndcg@10", "recall@100", "mrr@10", "qps", "p50_ms", "p95_ms"} <= set(row)
         assert 0.0 <= row["ndcg@10"] <= 1.0
+        assert ("min_score" in row) == row["default"]  # the default row's first hits
+    first = rows[-1]["min_score"]
+    assert first["relevant"] + first["irrelevant"] == 8 and set(first["curve"]) >= {"0.2", "0.5"}
     table = CliRunner().invoke(cli, ["--no-embedder", "eval", "--dataset", str(scifact),
                                      "--mode", "fts", "--max-queries", "3"])
     assert table.exit_code == 0 and "nDCG@10" in table.stdout

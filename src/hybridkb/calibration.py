@@ -8,6 +8,9 @@ A candidate's evidence (`Evidence`):
 - `bm25`: its BM25 score mapped as DBSF maps it (the list's mean - 3σ -> 0, mean + 3σ -> 1;
   0 when BM25 did not list it);
 - `vector`: its cosine mapped the same way within the vector list (0 when not listed);
+  the model counts it only as far as the cosine stands above the store's background
+  (`counted_vector`: in full from z = 0, fading to nothing at z = -2), so the top of a
+  vector list whose cosines are all at the background is no evidence;
 - `cosine_z`: its cosine against the store's background, (cosine - μ) / σ, where μ and σ
   are the mean and deviation of the best cosine that unrelated probe texts get in this
   store from this model (`noise.py`): about 0 for a hit no closer than noise;
@@ -41,12 +44,16 @@ _SUFFIXES = ("ing", "ed", "es", "s")
 _ENDINGS = ("s", "es", "ed", "ing", "e", "ly")
 _ASCII_WORDS = bytes(c if chr(c).isalnum() else 32 for c in range(128)) + bytes(range(128, 256))
 
-# (intercept, coverage, bm25, vector, cosine_z, full), fitted by hybridkb.evaluation.calibrate.
+# (intercept, coverage, bm25, counted vector, cosine_z, full), fitted by
+# hybridkb.evaluation.calibrate.
 COEFFICIENTS: dict[str, tuple[float, float, float, float, float, float]] = {
-    "hybrid": (-9.7267, 1.3164, 2.823, 2.5194, 0.113, 5.7196),
-    "fts": (-8.9374, 2.8487, 3.8289, 0.0, 0.0, 4.8691),
-    "vector": (-7.197, 0.0, 0.0, 3.4572, 0.2774, 0.0),
+    "hybrid": (-9.5615, 1.3079, 2.9142, 2.4686, 0.0589, 5.8304),
+    "fts": (-8.9332, 2.8097, 3.8347, 0.0, 0.0, 4.8708),
+    "vector": (-6.9294, 0.0, 0.0, 3.4861, 0.2039, 0.0),
 }
+# The cosine z over which the vector list's evidence fades in: none at or below GATE[0],
+# all of it from GATE[1] (the background's mean) on.
+GATE = (-2.0, 0.0)
 # A hit scoring below LOW is noise by the model's reading; from HIGH on it is likely an
 # answer (SearchResult.confidence: "none", "low", "high").
 LOW, HIGH = 0.2, 0.5
@@ -71,6 +78,12 @@ class Evidence:
     def full(self) -> float:
         """1.0 when the candidate holds every term of the query."""
         return 1.0 if self.coverage >= 1.0 - 1e-9 else 0.0
+
+    @property
+    def counted_vector(self) -> float:
+        """`vector` as far as the cosine stands above the background: a list's top counts
+        for nothing when its cosines are what unrelated text gets in this store."""
+        return self.vector * gate(self.cosine_z)
 
     def to_dict(self) -> dict[str, float]:
         return {"coverage": self.coverage, "bm25": self.bm25, "vector": self.vector,
@@ -154,6 +167,12 @@ def cosine_z(cosine: float, background: Background | None) -> float:
     return (cosine - background.mean) / max(background.std, 0.02)
 
 
+def gate(z: float) -> float:
+    """0 at or below GATE[0], 1 from GATE[1] on, linear between."""
+    low, high = GATE
+    return min(1.0, max(0.0, (z - low) / (high - low)))
+
+
 def kind_of(has_fts: bool, has_vector: bool) -> str:
     """Which coefficient set applies to a search whose retrievers ran as given."""
     if has_fts and has_vector:
@@ -163,7 +182,7 @@ def kind_of(has_fts: bool, has_vector: bool) -> str:
 
 def logit(evidence: Evidence, kind: str) -> float:
     b, wc, wb, wv, wz, wf = COEFFICIENTS[kind]
-    return (b + wc * evidence.coverage + wb * evidence.bm25 + wv * evidence.vector
+    return (b + wc * evidence.coverage + wb * evidence.bm25 + wv * evidence.counted_vector
             + wz * evidence.cosine_z + wf * evidence.full)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..calibration import COEFFICIENTS
+from ..calibration import COEFFICIENTS, GATE
 from ..embedding import get_embedder
 from ..scoring import ScorePolicy
 from ..store import KnowledgeBase
@@ -61,8 +61,12 @@ def pairs(kb: KnowledgeBase, mode: str, queries: Sequence[tuple[str, dict[str, i
 
 
 def features(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """The collected columns plus `full` (coverage 1): calibration.COEFFICIENTS' order."""
-    out: np.ndarray[Any, Any] = np.c_[x[:, : len(FEATURES)], (x[:, 0] >= 1 - 1e-9).astype(float)]
+    """The model's inputs from the collected columns, as calibration.logit reads them:
+    coverage, bm25, the counted vector (gated by cosine z), cosine z, full."""
+    low, high = GATE
+    gate = np.clip((x[:, 3] - low) / (high - low), 0.0, 1.0)
+    out: np.ndarray[Any, Any] = np.c_[x[:, :2], x[:, 2] * gate, x[:, 3],
+                                      (x[:, 0] >= 1 - 1e-9).astype(float)]
     return out
 
 
@@ -96,8 +100,10 @@ USED = {"hybrid": (True,) * 5, "fts": (True, True, False, False, True),
 
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--dataset", required=True)
-    ap.add_argument("--split", default="train")
+    ap.add_argument("--dataset", action="append", required=True,
+                    help="a BEIR folder whose judged queries give pairs (repeatable)")
+    ap.add_argument("--split", action="append", default=[],
+                    help="its qrels split (one, or one per --dataset; default train)")
     ap.add_argument("--unanswerable", action="append", default=[],
                     help="a BEIR folder whose queries this dataset cannot answer")
     ap.add_argument("--max-queries", type=int)
@@ -124,33 +130,59 @@ def main(argv: Sequence[str] | None = None) -> None:
 def collect(args: argparse.Namespace
             ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """Pairs of one hybrid search per query: every kind is fitted on them (the features of
-    a BM25-only or vector-only search are the same numbers)."""
+    a BM25-only or vector-only search are the same numbers). Each dataset is its own store;
+    the unanswerable queries run over the first."""
     model = get_embedder("minilm")
     assert model is not None
     cache = EmbeddingCache()
-    data = load(args.dataset, args.split)
+    splits = args.split or ["train"]
+    if len(splits) not in (1, len(args.dataset)):
+        raise SystemExit("--split: one, or one per --dataset")
+    xs: list[list[float]] = []
+    ys: list[int] = []
+    for n, folder in enumerate(args.dataset):
+        split = splits[n] if len(splits) > 1 else splits[0]
+        x, y = dataset_pairs(folder, split, args, model, cache, next_query(xs),
+                             unanswerable=n == 0)
+        xs += x
+        ys += y
+    x3, y3 = code_pairs(args.code, model, cache, next_query(xs)) if args.code else ([], [])
+    weights = np.r_[np.ones(len(ys)), np.full(len(y3), CODE_WEIGHT)]
+    return (np.asarray(xs + x3, dtype=float), np.asarray(ys + y3, dtype=float), weights)
+
+
+def next_query(x: Sequence[Sequence[float]]) -> int:
+    """The number the next query's pairs take (pairs carry their query's number last)."""
+    return int(x[-1][-1]) + 1 if x else 0
+
+
+def dataset_pairs(folder: str, split: str, args: argparse.Namespace, model: Any,
+                  cache: EmbeddingCache, base: int,
+                  unanswerable: bool) -> tuple[list[list[float]], list[int]]:
+    """The pairs of one dataset's judged queries over a store of its corpus (and, with
+    `unanswerable`, of the nonsense strings and other sets' queries over it)."""
+    data = load(folder, split)
     queries = data.queries[: args.max_queries] if args.max_queries else list(data.queries)
-    others: list[str] = nonsense(100)
-    for folder in args.unanswerable:
-        other = load(folder, "test")
+    others: list[str] = nonsense(100) if unanswerable else []
+    for other_folder in args.unanswerable if unanswerable else []:
+        other = load(other_folder, "test")
         others.extend(q.text for q in other.queries[:200])
     vectors = runner.embed(model, data, queries, cache, no_progress)
-    extra = cached_embed(model, kind="queries", source_sha=file_sha256(data.queries_file),
-                         ids=[f"u{i}" for i in range(len(others))], texts=others, cache=cache)
-    qv = {**vectors.queries, **dict(zip(others, extra.vectors, strict=True))}
+    qv = dict(vectors.queries)
+    if others:
+        extra = cached_embed(model, kind="queries", source_sha=file_sha256(data.queries_file),
+                             ids=[f"u{i}" for i in range(len(others))], texts=others,
+                             cache=cache)
+        qv.update(zip(others, extra.vectors, strict=True))
     searcher = PrecomputedQueries(model, qv)
     corpus = f"beir-{data.name}"
     judged = [(q.text, data.qrels[q.id]) for q in queries]
-    unanswerable: list[tuple[str, dict[str, int]]] = [(text, {}) for text in others]
     with runner._target(None) as target, runner._open(target, searcher, None) as kb:
         runner._index(kb, data, corpus, vectors.docs, no_progress)
-        x1, y1 = pairs(kb, "hybrid", judged, DEPTH, corpus)
-        x2, y2 = pairs(kb, "hybrid", unanswerable, UNANSWERABLE_DEPTH, corpus, len(judged))
-    x3, y3 = (code_pairs(args.code, model, cache, len(judged) + len(unanswerable))
-              if args.code else ([], []))
-    weights = np.r_[np.ones(len(y1) + len(y2)), np.full(len(y3), CODE_WEIGHT)]
-    return (np.asarray(x1 + x2 + x3, dtype=float), np.asarray(y1 + y2 + y3, dtype=float),
-            weights)
+        x, y = pairs(kb, "hybrid", judged, DEPTH, corpus, base)
+        x2, y2 = pairs(kb, "hybrid", [(text, {}) for text in others], UNANSWERABLE_DEPTH,
+                       corpus, base + len(judged))
+    return x + x2, y + y2
 
 
 def code_pairs(packages: Sequence[str], model: Any, cache: EmbeddingCache,

@@ -83,3 +83,19 @@ def mean(scores: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
 def evaluate(run: Run, qrels: Qrels) -> dict[str, float]:
     """Mean nDCG@10, Recall@100 and MRR@10 of a run."""
     return mean(per_query(run, qrels))
+
+
+THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+
+
+def min_score_curve(first_hits: Sequence[tuple[float, bool]],
+                    thresholds: Sequence[float] = THRESHOLDS) -> dict[str, object]:
+    """What `min_score` would do to each query's first hit (its score, relevant or not):
+    per threshold, the share of relevant first hits it keeps and of irrelevant ones it
+    drops."""
+    good = [s for s, relevant in first_hits if relevant]
+    bad = [s for s, relevant in first_hits if not relevant]
+    curve = {f"{t:g}": {"kept": round(sum(s >= t for s in good) / len(good), 4) if good else None,
+                        "dropped": round(sum(s < t for s in bad) / len(bad), 4) if bad else None}
+             for t in thresholds}
+    return {"relevant": len(good), "irrelevant": len(bad), "curve": curve}

@@ -148,7 +148,7 @@ class _Words:
         # The three office notes: a tiny unrelated corpus (the near-empty items are not
         # counted: they hold no words a query could share).
         self.distractors = {n["id"] for n in NOTES} if distractors else set()
-        self._texts: dict[str, str] = {}
+        self._texts: dict[str, str] = {n["id"]: f"{n['title']} {n['text']}" for n in NOTES}
         for data, _, _ in per:
             for doc in data.corpus:
                 self._texts[_prefix(data) + doc.id] = f"{doc.title or ''} {doc.text}"
@@ -159,8 +159,10 @@ class _Words:
 
     def counts(self, run: dict[str, list[str]], queries: Sequence[Query], own: set[str],
                prefix: str) -> tuple[int, int]:
-        """(queries with a distractor above a hit containing a query word, queries with a
-        distractor in their top 10). `run` names the set's own documents without `prefix`."""
+        """(queries where a distractor holding none of the query's words ranks above a hit
+        holding one, queries with a distractor in their top 10). A note that holds a query
+        word is a word match like the documents it is weighed against, not a distractor
+        beating one. `run` names the set's own documents without `prefix`."""
         above = top10 = 0
         for query in queries:
             ranked = run.get(query.id, [])
@@ -169,8 +171,11 @@ class _Words:
                 continue
             top10 += first < 10
             words = set(textquery.parse(query.text).words)
-            above += any(self.matches(prefix + d if d in own else d, words)
-                         for d in ranked[first + 1:])
+            unrelated = next((i for i, d in enumerate(ranked)
+                              if d in self.distractors and not self.matches(d, words)), None)
+            if unrelated is not None:
+                above += any(self.matches(prefix + d if d in own else d, words)
+                             for d in ranked[unrelated + 1:])
         return above, top10
 
 
@@ -240,8 +245,9 @@ def format_multi(report: MultiReport) -> str:
     lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in rows]
     lines.append("condensed: nDCG@10 of the every-corpus ranking with other corpora's hits "
                  "taken out (unjudged for these queries)")
-    lines.append("distr. above: queries where an office note (the distractor corpus) ranks above "
-                 "a hit containing a query word; distr. top10: queries whose top 10 it enters")
+    lines.append("distr. above: queries where an office note (the distractor corpus) holding no "
+                 "query word ranks above a hit holding one; distr. top10: queries whose top 10 "
+                 "a note enters")
     if any(r.spec.default for r in report.rows):
         lines.append("* the default: kb.search(query) with no options "
                      "(score policy and near-duplicate collapse on); other rows have both off")

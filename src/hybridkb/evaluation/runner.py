@@ -84,6 +84,8 @@ class RowResult:
     # stands for (its own or a collapsed copy's): differs from `scores` only where the
     # default's duplicate collapse folded judged documents into one hit.
     credited: dict[str, float] | None = None
+    # The default row: what min_score would keep of each query's first hit (metrics).
+    min_score: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         s = self.spec
@@ -98,6 +100,7 @@ class RowResult:
             "p95_ms": round(self.p95_ms, 3), "default": s.default,
             **({f"credited_{name}": round(value, 6) for name, value in self.credited.items()}
                if self.credited is not None else {}),
+            **({"min_score": self.min_score} if self.min_score is not None else {}),
         }
 
 
@@ -309,6 +312,8 @@ def _run_row(
     limit = o.limit + (1 if o.ignore_identical_ids else 0)
     merge: dict[str, Any] = {} if spec.merge is None else {"merge": spec.merge}
 
+    first: list[tuple[float, bool]] = []  # each query's first hit: score, relevant
+
     def search(query: Query, scope: dict[str, Any] | None) -> tuple[list[str], list[str]]:
         """(the hits' ids, the ids credited: a collapsed hit as a relevant id it stands for)."""
         if spec.default:
@@ -324,10 +329,15 @@ def _run_row(
         if o.ignore_identical_ids:
             hits = [ids for ids in hits if ids[0] != query.id]
         hits = hits[: o.limit]
-        return [ids[0] for ids in hits], credit(hits, qrels.get(query.id, {}))
+        got = credit(hits, qrels.get(query.id, {}))
+        if hits:
+            shown = next(h for h in result.hits if h.id.removeprefix(prefix) == hits[0][0])
+            first.append((shown.score, qrels.get(query.id, {}).get(got[0], 0) > 0))
+        return [ids[0] for ids in hits], got
 
     if queries:
         search(queries[0], scopes[0])  # warm-up: caches (vector matrix, statements) fill here
+        first.clear()
     run: dict[str, list[str]] = {}
     credited: dict[str, list[str]] = {}
     latencies: list[float] = []
@@ -344,7 +354,8 @@ def _run_row(
         run=run if o.keep_runs else None,
         bm25_used=None if spec.mode == "vector"
         else spec.bm25_weights or kb.bm25_weights,
-        credited=metrics.evaluate(credited, qrels))
+        credited=metrics.evaluate(credited, qrels),
+        min_score=metrics.min_score_curve(first) if spec.default else None)
 
 
 def credit(hits: Sequence[Sequence[str]], judged: metrics.Judgments) -> list[str]:
@@ -400,7 +411,18 @@ def format_table(report: EvalReport) -> str:
         lines.append("* the default: kb.search(query) with no options "
                      "(score policy and near-duplicate collapse on); other rows have both off")
         lines.extend(credited_line(r) for r in report.rows if r.spec.default)
+        lines.extend(min_score_line(r) for r in report.rows if r.spec.default and r.min_score)
     return "\n".join(lines)
+
+
+def min_score_line(row: RowResult) -> str:
+    """The default row's first hits under each min_score: relevant kept / irrelevant dropped."""
+    got = row.min_score or {}
+    cells = " ".join(f"{t} {c['kept'] if c['kept'] is not None else '-'}/"
+                     f"{c['dropped'] if c['dropped'] is not None else '-'}"
+                     for t, c in got.get("curve", {}).items())
+    return (f"  min_score on the first hits ({got.get('relevant')} relevant, "
+            f"{got.get('irrelevant')} not), threshold kept/dropped: {cells}")
 
 
 def credited_line(row: RowResult) -> str:
