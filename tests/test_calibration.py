@@ -53,6 +53,9 @@ def test_a_vector_list_top_at_the_background_is_no_evidence() -> None:
     assert Evidence(vector=0.8, cosine_z=calibration.GATE[1]).counted_vector == 0.8
     half = (calibration.GATE[0] + calibration.GATE[1]) / 2
     assert Evidence(vector=0.8, cosine_z=half).counted_vector == pytest.approx(0.4)
+    # cosine z is evidence of its own only above what noise reaches
+    assert Evidence(cosine_z=calibration.Z_FLOOR - 0.5).z_above == 0.0
+    assert Evidence(cosine_z=calibration.Z_FLOOR + 1.5).z_above == pytest.approx(1.5)
     # a document holding one of the query's words outranks it
     word = Evidence(coverage=0.25, bm25=0.3, vector=0.0, cosine_z=calibration.GATE[0] - 1)
     assert calibration.relevance(word, "hybrid") > calibration.relevance(at_noise, "hybrid")

@@ -13,7 +13,8 @@ A candidate's evidence (`Evidence`):
   vector list whose cosines are all at the background is no evidence;
 - `cosine_z`: its cosine against the store's background, (cosine - μ) / σ, where μ and σ
   are the mean and deviation of the best cosine that unrelated probe texts get in this
-  store from this model (`noise.py`): about 0 for a hit no closer than noise;
+  store from this model (`noise.py`): about 0 for a hit no closer than noise; the model
+  reads what stands above 2 (`z_above`: no noise probe gets there but 2 in 100);
 - `full`: 1 when it holds every term of the query (coverage 1), else 0.
 
 `relevance` is a logistic model over them: 1 / (1 + e^-(b + Σ wᵢ·xᵢ)), one set of
@@ -44,16 +45,19 @@ _SUFFIXES = ("ing", "ed", "es", "s")
 _ENDINGS = ("s", "es", "ed", "ing", "e", "ly")
 _ASCII_WORDS = bytes(c if chr(c).isalnum() else 32 for c in range(128)) + bytes(range(128, 256))
 
-# (intercept, coverage, bm25, counted vector, cosine_z, full), fitted by
+# (intercept, coverage, bm25, counted vector, z above Z_FLOOR, full), fitted by
 # hybridkb.evaluation.calibrate.
 COEFFICIENTS: dict[str, tuple[float, float, float, float, float, float]] = {
-    "hybrid": (-9.5615, 1.3079, 2.9142, 2.4686, 0.0589, 5.8304),
+    "hybrid": (-9.4015, 1.1797, 2.867, 2.3866, 0.139, 5.8475),
     "fts": (-8.9332, 2.8097, 3.8347, 0.0, 0.0, 4.8708),
-    "vector": (-6.9294, 0.0, 0.0, 3.4861, 0.2039, 0.0),
+    "vector": (-6.3044, 0.0, 0.0, 2.7547, 0.4917, 0.0),
 }
 # The cosine z over which the vector list's evidence fades in: none at or below GATE[0],
 # all of it from GATE[1] (the background's mean) on.
 GATE = (-2.0, 0.0)
+# Cosine z counts as evidence of its own only above this: noise's best cosines reach it
+# about 2 times in 100.
+Z_FLOOR = 2.0
 # A hit scoring below LOW is noise by the model's reading; from HIGH on it is likely an
 # answer (SearchResult.confidence: "none", "low", "high").
 LOW, HIGH = 0.2, 0.5
@@ -84,6 +88,11 @@ class Evidence:
         """`vector` as far as the cosine stands above the background: a list's top counts
         for nothing when its cosines are what unrelated text gets in this store."""
         return self.vector * gate(self.cosine_z)
+
+    @property
+    def z_above(self) -> float:
+        """How far the cosine stands above what noise reaches (Z_FLOOR deviations)."""
+        return max(0.0, self.cosine_z - Z_FLOOR)
 
     def to_dict(self) -> dict[str, float]:
         return {"coverage": self.coverage, "bm25": self.bm25, "vector": self.vector,
@@ -183,7 +192,7 @@ def kind_of(has_fts: bool, has_vector: bool) -> str:
 def logit(evidence: Evidence, kind: str) -> float:
     b, wc, wb, wv, wz, wf = COEFFICIENTS[kind]
     return (b + wc * evidence.coverage + wb * evidence.bm25 + wv * evidence.counted_vector
-            + wz * evidence.cosine_z + wf * evidence.full)
+            + wz * evidence.z_above + wf * evidence.full)
 
 
 def relevance(evidence: Evidence, kind: str) -> float:

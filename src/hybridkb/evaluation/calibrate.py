@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..calibration import COEFFICIENTS, GATE
+from ..calibration import COEFFICIENTS, GATE, Z_FLOOR
 from ..embedding import get_embedder
 from ..scoring import ScorePolicy
 from ..store import KnowledgeBase
@@ -62,10 +62,10 @@ def pairs(kb: KnowledgeBase, mode: str, queries: Sequence[tuple[str, dict[str, i
 
 def features(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     """The model's inputs from the collected columns, as calibration.logit reads them:
-    coverage, bm25, the counted vector (gated by cosine z), cosine z, full."""
+    coverage, bm25, the counted vector (gated by cosine z), z above Z_FLOOR, full."""
     low, high = GATE
     gate = np.clip((x[:, 3] - low) / (high - low), 0.0, 1.0)
-    out: np.ndarray[Any, Any] = np.c_[x[:, :2], x[:, 2] * gate, x[:, 3],
+    out: np.ndarray[Any, Any] = np.c_[x[:, :2], x[:, 2] * gate, np.maximum(x[:, 3] - Z_FLOOR, 0.0),
                                       (x[:, 0] >= 1 - 1e-9).astype(float)]
     return out
 
