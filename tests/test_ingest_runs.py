@@ -77,6 +77,22 @@ def test_deferred_items_are_found_by_text_at_once_and_by_vector_after_embedding(
     assert not any("awaiting" in note for note in kb.search("kingfisher").notes)
 
 
+def test_the_awaiting_note_counts_only_the_searched_corpora(kb: KnowledgeBase) -> None:
+    kb.add_many([{"text": f"hidden heron {i}", "corpus": "secret"} for i in range(3)], embed="defer")
+    kb.add("a visible heron", corpus="open", embed="defer")
+    kb.add("another heron", corpus="open")
+    notes = kb.search("heron", corpora=["open"]).notes
+    assert any(n.startswith("1 item(s) awaiting embedding") for n in notes), notes
+    assert any(n.startswith("4 item(s) awaiting embedding") for n in kb.search("heron").notes)
+    kb.embed_pending()
+    assert not any("awaiting" in n for n in kb.search("heron").notes)
+
+
+def test_the_awaiting_note_stops_counting_past_a_thousand(kb: KnowledgeBase) -> None:
+    kb.add_many([{"text": f"queued note {i}"} for i in range(1002)], embed="defer")
+    assert any(n.startswith("over 1,000 item(s) awaiting embedding") for n in kb.search("queued").notes)
+
+
 def test_defer_mode_of_a_store_and_an_unchanged_rewrite_keeps_its_vector(kb: KnowledgeBase) -> None:
     kb.embed_mode = "defer"
     kb.add_many([{"id": f"n{i}", "text": f"note number {i} about owls"} for i in range(5)])

@@ -8,7 +8,7 @@ staleness), for walks over items such as `KnowledgeBase.iter_items`.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from . import validation
 from .errors import InvalidInputError, NotFoundError
@@ -95,3 +95,16 @@ def item_matches(item: Item, filters: Filters, now: float) -> bool:
         if high is not None and (stamp is None or stamp >= high):
             return False
     return True
+
+
+AWAITING_SHOWN = 1000  # a search counts the items still waiting for a vector up to this many
+
+
+def awaiting_note(missing: Callable[[int, Sequence[str]], list[str]], corpora: Sequence[str]) -> str | None:
+    """The note of a search while items of its corpora wait for their vectors (None: none do);
+    `missing` is the backend's ids_missing_vectors."""
+    waiting = len(missing(AWAITING_SHOWN + 1, corpora))
+    count = f"over {AWAITING_SHOWN:,}" if waiting > AWAITING_SHOWN else str(waiting)
+    if not waiting:
+        return None
+    return f"{count} item(s) awaiting embedding: found by full text only until embedded (`hybridkb embed`)"

@@ -128,8 +128,9 @@ class Backend(Protocol):
         """Every item in storage order, batch by batch (each batch one read)."""
     def vectors_for(self, ids: Sequence[str]) -> dict[str, Vector]:
         """id -> stored vector, for the ids that have one."""
-    def ids_missing_vectors(self, limit: int) -> list[str]:
-        """Up to `limit` ids, in storage order, without a vector of their current text."""
+    def ids_missing_vectors(self, limit: int, corpora: Sequence[str] | None = None) -> list[str]:
+        """Up to `limit` ids, in storage order, without a vector of their current text (only
+        in `corpora` when given)."""
 
     # -- switching embedding models (KnowledgeBase.reembed) -------------------------------------
     # The new vectors are written beside the old ones, keyed by item id with the content hash

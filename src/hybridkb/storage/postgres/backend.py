@@ -329,9 +329,7 @@ class PostgresBackend:
             recorded = VectorTables(conn).meta([META_PENDING_VECTOR_DIM]).get(META_PENDING_VECTOR_DIM)
             dim = records.pending_dim(recorded)
             codec.check_dims(zip(ids, vectors, strict=True), dim, holder="the new model has")
-            conn.execute(q.UPSERT_PENDING, [
-                list(ids), codec.to_pg(vectors),
-                list(content_hashes)])
+            conn.execute(q.UPSERT_PENDING, [list(ids), codec.to_pg(vectors), list(content_hashes)])
 
         self._write(work)
 
@@ -492,10 +490,11 @@ class PostgresBackend:
 
         return {item_id: codec.from_pg(vec) for item_id, vec in self._run(work, write=False)}
 
-    def ids_missing_vectors(self, limit: int) -> list[str]:
+    def ids_missing_vectors(self, limit: int, corpora: Sequence[str] | None = None) -> list[str]:
         return [r[0] for r in self._read(
-            "SELECT id FROM items WHERE embedded_hash IS NULL OR embedded_hash <> content_hash "
-            "ORDER BY rowid LIMIT %s", [limit])]
+            "SELECT id FROM items WHERE (embedded_hash IS NULL OR embedded_hash <> content_hash) AND "
+            "(%s::text[] IS NULL OR corpus = ANY(%s)) ORDER BY rowid LIMIT %s",
+            [None if corpora is None else list(corpora)] * 2 + [limit])]
 
     # -- retrieval ------------------------------------------------------------------------------
 

@@ -454,13 +454,13 @@ class SQLiteBackend:
                 out[item_id] = codec.from_stored_blob(blob)
         return out
 
-    def ids_missing_vectors(self, limit: int) -> list[str]:
+    def ids_missing_vectors(self, limit: int, corpora: Sequence[str] | None = None) -> list[str]:
         # The partial index holds just the queue; without statistics the planner would scan
         # every item in rowid order instead (every search asks whether the queue is empty).
-        return list(self._memoized(f"unembedded {limit}", lambda: [r[0] for r in self._read(
-            "SELECT id FROM items INDEXED BY items_unembedded "
-            "WHERE embedded_hash IS NULL OR embedded_hash != content_hash "
-            "ORDER BY rowid LIMIT ?", (limit,))]))
+        within = "" if corpora is None else f"AND corpus IN ({', '.join('?' * len(corpora))}) "
+        return list(self._memoized(f"unembedded {limit} {corpora}", lambda: [r[0] for r in self._read(
+            "SELECT id FROM items INDEXED BY items_unembedded WHERE (embedded_hash IS NULL OR "
+            f"embedded_hash != content_hash) {within}ORDER BY rowid LIMIT ?", (*(corpora or ()), limit))]))
 
     # -- retrieval ------------------------------------------------------------------------------
 
