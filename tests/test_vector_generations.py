@@ -68,7 +68,7 @@ def test_a_new_measurement_adds_to_the_generation_and_keeps_its_matrix(
         kb.add_many(items(clustered(3000, seed=1)))
         kb.optimize()
         generation = live(kb, folder_of(db))
-        matrix = generation / "matrix.f16"
+        matrix = generation / "matrix.i8"
         written = matrix.stat().st_mtime_ns, matrix.stat().st_ino
         builds = kb.backend._vectors.builds
         for k in range(60):
@@ -159,7 +159,7 @@ def test_a_build_killed_midway_leaves_nothing_after_the_next_open(tmp_path: Path
         current = live(kb, folder)
     orphan = folder / "g000000000001-deadbeef"
     orphan.mkdir()
-    (orphan / "matrix.f16").write_bytes(b"\0" * 4096)
+    (orphan / "matrix.i8").write_bytes(b"\0" * 4096)
     with hybridkb.open(str(db), embedder=HashingEmbedder(32), vector_ann="codes") as kb:
         assert kb.search("item 7", mode="vector", limit=3).hits
         assert [p.name for p in folder.iterdir() if p.is_dir()] == [current.name]

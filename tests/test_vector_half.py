@@ -1,7 +1,7 @@
-"""A coded vector base keeps its matrix at half precision (vector_base.py): the stored
-vectors' own values, so its answers and scores are those of float32 rows; widening half rows
-by bits (vector_math.py) is exact; damage to the half matrix is found; a generation of the
-previous format answers until the base is built again in the current one."""
+"""Half rows (a format-4 generation's matrix, vector_base.py: the stored vectors' own values)
+widen by bits exactly (vector_math.py), so their scores are those of float32 rows; a
+generation of an earlier format answers until the base is built again in the current one
+(tests/test_vector_int8.py: the current format's int8 matrix)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import pytest
 
 import hybridkb
 from hybridkb import HashingEmbedder
-from hybridkb.evaluation import load
 from hybridkb.model import Filters, now_ts
 from hybridkb.storage.contract import SearchArea
 from hybridkb.storage.indexes import vector_base, verify
@@ -51,71 +50,27 @@ def test_half_rows_widen_exactly_and_score_as_float32_rows() -> None:
     assert dot_rows(half, query, np.zeros(0, dtype=np.int64)).shape == (0,)
 
 
-@pytest.mark.skipif(not (DATA / "scifact").is_dir(), reason="shared dev data not found")
-def test_a_coded_base_on_a_real_corpus_keeps_half_the_matrix_and_float32s_recall(
-        tmp_path: Path) -> None:
-    data = load(DATA / "scifact")
-    model = HashingEmbedder(384)
-    vectors = np.asarray(model.embed_documents([d.embedding_text for d in data.corpus]), np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True).clip(1e-12)
-    queries = np.stack([model.embed_query(q.text) for q in data.queries[:150]]).astype(np.float32)
-    db = tmp_path / "kb.db"
-    with hybridkb.open(str(db), embedder=model, vector_ann="codes", sample_queries=False) as kb:
-        kb.add_many([{"id": str(k), "text": d.text or d.id, "vector": v}
-                     for k, (d, v) in enumerate(zip(data.corpus, vectors, strict=True))])
-        kb.optimize()
-        folder = generation(db)
-        meta = json.loads((folder / "meta.json").read_text())
-        assert meta["format"] == vector_base.FORMAT and meta["matrix"] == "f16"
-        assert meta["codes"]["rescore"] is not None  # the code pass answers, not an exact scan
-        assert not (folder / "matrix.f32").exists()
-        assert (folder / "matrix.f16").stat().st_size == vectors.size * 2  # half of float32's
-        stored = vectors.astype(np.float16).astype(np.float32)
-        got = [kb.backend.vector_search(q, AREA, K) for q in queries]
-    keys = {int(r): k for k, r in enumerate(np.asarray(kb.backend._vectors._base.rowids))}
-    recall = []
-    for q, hits in zip(queries, got, strict=True):
-        rows = np.array([keys[int(key)] for key, _ in hits])
-        # the scores are exact on the stored values: what float32 rows of them give, bit for bit
-        assert np.array_equal(np.array([s for _, s in hits], np.float32), dot_rows(stored[rows], q))
-        kth = np.sort(vectors @ q)[-K]  # numpy's float32 exact top 10 of the original vectors
-        recall.append(min(K, int(np.sum(vectors[rows] @ q >= kth - 1e-6))) / K)
-    assert float(np.mean(recall)) >= 0.95, np.mean(recall)
-
-
-def test_damage_to_a_half_matrix_is_found_and_the_search_answers(tmp_path: Path) -> None:
-    vectors = unit(1200, 32, seed=4)
-    db = tmp_path / "kb.db"
-    with hybridkb.open(str(db), embedder=HashingEmbedder(32), vector_ann="codes") as kb:
-        kb.add_many([{"id": f"v{k}", "text": f"item {k}", "vector": v} for k, v in enumerate(vectors)])
-        kb.optimize()
-    matrix = generation(db) / "matrix.f16"
-    with open(matrix, "r+b") as f:
-        f.seek(4096)
-        f.write(b"\x7b" * 8192)
-    assert any("matrix.f16" in p for p in verify.generation_problems(generation(db), full=True))
-    with hybridkb.open(str(db), embedder=HashingEmbedder(32), vector_ann="codes") as kb:
-        assert any("matrix.f16" in p["problem"] for p in kb.check()["problems"])
-        hits = kb.backend.vector_search(vectors[7], AREA, 3)
-        assert hits and np.isclose(hits[0][1], 1.0, atol=1e-3)
-        assert not kb.check()["problems"]  # the search built the base again from the items
-
-
-def as_format_3(folder: Path) -> None:
-    """Rewrite a generation as the previous format wrote it: a float32 matrix for every base."""
+def as_format(folder: Path, stored: np.ndarray, version: int) -> None:
+    """Rewrite a generation as an earlier format wrote it: 3, a float32 matrix for every base;
+    4, a coded base's matrix at half precision (`stored`: the stored vectors, rowid order)."""
     meta = json.loads((folder / "meta.json").read_text())
-    if meta.pop("matrix") == "f16":
-        half = np.fromfile(folder / "matrix.f16", dtype=np.float16)
-        half.astype(np.float32).tofile(folder / "matrix.f32")
-        (folder / "matrix.f16").unlink()
-    meta["format"] = 3
+    if meta.pop("matrix") == "i8":
+        for name in ("matrix.i8", vector_base.SCALES):
+            (folder / name).unlink()
+        if version == 4:
+            stored.astype(np.float16).tofile(folder / "matrix.f16")
+            meta["matrix"] = "f16"
+        else:
+            stored.astype(np.float32).tofile(folder / "matrix.f32")
+    meta["format"] = version
     (folder / "meta.json").write_text(json.dumps(meta))
     (folder / verify.MANIFEST).unlink()
     verify.seal(folder)
 
 
+@pytest.mark.parametrize("version", [3, 4])
 @pytest.mark.parametrize("mode", ["auto", "codes"])
-def test_a_previous_format_answers_and_is_built_again(tmp_path: Path, mode: str) -> None:
+def test_a_previous_format_answers_and_is_built_again(tmp_path: Path, mode: str, version: int) -> None:
     vectors = unit(1500, 32, seed=5)
     db = tmp_path / "kb.db"
     with hybridkb.open(str(db), embedder=HashingEmbedder(32), vector_ann=mode) as kb:
@@ -123,7 +78,7 @@ def test_a_previous_format_answers_and_is_built_again(tmp_path: Path, mode: str)
         kb.optimize()
         want = kb.backend.vector_search(vectors[11], AREA, 5)
     old = generation(db)
-    as_format_3(old)
+    as_format(old, vectors.astype(np.float16).astype(np.float32), version)
     with hybridkb.open(str(db), embedder=HashingEmbedder(32), vector_ann=mode) as kb:
         assert kb.backend.vector_search(vectors[11], AREA, 5) == want
         kb.backend._vectors.wait()

@@ -7,17 +7,20 @@ search needs no SQL) and, past `CODES_MIN_ROWS`, first passes that pick rows for
 rescore: one-bit codes (`codes.u64` with their centre `center.f32`, vector_codes.py,
 written with the base) and, past `ANN_MIN_ROWS` or where the codes fall short, a usearch
 HNSW graph (`ann.usearch`, f16, opened as a memory-mapped view, added in the background).
-A base with codes keeps its matrix at half precision (`matrix.f16`: the stored vectors'
-own values, codec.py, so no score changes), half the disk: its searches widen only the few
-thousand rows they rescore (vector_math.py). A base without codes is scanned whole by
-every search, where widening half rows costs 2.5x the product, so it keeps float32
-(`matrix.f32`). Each build measures its passes on the same pseudo-queries
-(vector_recall.py); searches use the faster of those that reach recall@10 0.95, or scan
-exactly. Nothing is loaded whole: opening a generation maps its files. A generation is
-built in a temporary folder and published by renaming it into place; the store then
-records it (see vectors.py). Its files are never rewritten: measuring its passes again on
-other queries (the store's own, once it has kept enough) adds a small `measured-K.json`
-beside them, and the store records the generation as `<folder>@K` (`generation_name`).
+A base with codes keeps its matrix as one signed byte per component with a float32
+scale per row (`matrix.i8` and `scales.f32`, vector_math.quantize), a quarter of float32's
+size: the codes pick the rows to rescore, the bytes order them, and the best of those are
+scored again exactly on the stored vectors themselves (vectors.py), so the cosines a search
+returns are the stored values' (`approximate`). A base without codes is scanned whole by
+every search and answers from its float32 matrix (`matrix.f32`). Each build measures its
+passes (on the stored values: an int8 base's build keeps them at half precision until it
+is sealed) on the same pseudo-queries (vector_recall.py); searches
+use the faster of those that reach recall@10 0.95, or scan exactly. Nothing is loaded
+whole: opening a generation maps its files. A generation is built in a temporary folder
+and published by renaming it into place; the store then records it (see vectors.py). Its
+files are never rewritten: measuring its passes again on other queries (the store's own,
+once it has kept enough) adds a small `measured-K.json` beside them, and the store
+records the generation as `<folder>@K` (`generation_name`).
 """
 
 from __future__ import annotations
@@ -37,19 +40,23 @@ import numpy.typing as npt
 
 from ...progress import ProgressFactory, no_progress
 from . import vector_codes, verify
-from .vector_math import as_float32, dot_rows
+from .vector_math import ScaledRows, as_float32, dot_rows, quantize
 from .vector_recall import Probe, calibrate, kth_scores, probe
 
 Vector = npt.NDArray[np.float32]
 RowIds = npt.NDArray[np.int64]
 
-FORMAT = 4  # 4: a coded base's matrix at half precision (meta "matrix": "f16" or "f32")
+FORMAT = 5  # 5: a coded base's matrix as int8 and a scale per row (meta "matrix": "i8" or "f32")
 # Generations of these formats are still read (searches answer from them) while the base is
-# built again in the current one: 3, the float32 matrix of every base.
-READABLE = (3, FORMAT)
-MATRIX = {"f16": ("matrix.f16", np.float16), "f32": ("matrix.f32", np.float32)}
-MAPPED = ("rowids.i64", "matrix.f16", "matrix.f32", "corpus.i32", "expires.f64", "stale.u8",
-          "codes.u64", "ann.usearch")
+# built again in the current one: 3, the float32 matrix of every base; 4, a coded base's at
+# half precision.
+READABLE = (3, 4, FORMAT)
+MATRIX = {"i8": ("matrix.i8", np.int8), "f16": ("matrix.f16", np.float16),
+          "f32": ("matrix.f32", np.float32)}
+SCALES = "scales.f32"  # an i8 matrix's scale per row
+_HALF = "exact.f16.tmp"  # the stored values, while an i8 base is built (_build)
+MAPPED = ("rowids.i64", "matrix.i8", SCALES, "matrix.f16", "matrix.f32", "corpus.i32",
+          "expires.f64", "stale.u8", "codes.u64", "ann.usearch")
 MEASURED = "measured-{}.json"  # a later measurement of a generation's passes (remeasure)
 _AT = "@"  # a published generation's name: its folder, then "@K" once measured again
 # Below this many vectors a base keeps no first pass: an exact scan of the mapped matrix is
@@ -108,7 +115,7 @@ class VectorBase:
     seq: int
     dim: int
     rowids: RowIds
-    matrix: npt.NDArray[Any]  # float16 (a coded base) or float32 rows, memory-mapped
+    matrix: Any  # ScaledRows (a coded base), float32 (or an older format's float16) rows, mapped
     ann: Any | None  # usearch.index.Index view
     corpus_codes: npt.NDArray[np.int32]
     corpus_names: list[str]
@@ -139,6 +146,11 @@ class VectorBase:
     stamps: verify.Stamps = ()  # the mapped files as opened (unchanged(): before searches)
     outdated: bool = False  # an older FORMAT: searched, and built again in the background
     _rechecked: float = 0.0
+
+    @property
+    def approximate(self) -> bool:
+        """Its scores only order rows: the best are scored again on the stored vectors."""
+        return isinstance(self.matrix, ScaledRows)
 
     @property
     def incomplete(self) -> bool:
@@ -206,6 +218,8 @@ class VectorBase:
             rowids = mapped("rowids.i64", np.int64, (n,))
             matrix_file, matrix_type = MATRIX[meta.get("matrix", "f32")]
             matrix = mapped(matrix_file, matrix_type, (n, dim))
+            if matrix_type == np.int8:
+                matrix = ScaledRows(matrix, mapped(SCALES, np.float32, (n,)))
             corpus = mapped("corpus.i32", np.int32, (n,))
             expires = mapped("expires.f64", np.float64, (n,))
             stale = mapped("stale.u8", np.uint8, (n,))
@@ -314,7 +328,8 @@ def split_generation(name: str) -> tuple[str, int]:
 def remeasure(base: VectorBase, queries: npt.NDArray[np.float32], through: int) -> dict[str, Any]:
     """The base's first passes measured again on `queries` (the store's own, storage/asked.py,
     the newest one's seq `through`): what `write_measurement` keeps. The matrix, codes and
-    graph stay as they are; only the effort searches use, and its recall, can change."""
+    graph stay as they are; only the effort searches use, and its recall, can change. An
+    int8 base is measured on its int8 rows (close to the stored values, not equal)."""
     probed = Probe(queries, kth_scores(base.matrix, queries), sampled=True)
     measured: dict[str, Any] = {"asked": {"count": len(queries), "through": int(through)}}
     if base.codes is not None and base.center is not None:
@@ -400,11 +415,14 @@ def _build(
     n = 0
     last = -1
     names: dict[str, int] = {}
-    # half precision where the base will have codes (decided on the expected count)
-    matrix_kind = "f16" if ((total >= CODES_MIN_ROWS) if codes is None else codes) else "f32"
+    # int8 where the base will have codes (decided on the expected count)
+    matrix_kind = "i8" if ((total >= CODES_MIN_ROWS) if codes is None else codes) else "f32"
     matrix_file, matrix_type = MATRIX[matrix_kind]
-    files = {name: open(tmp / name, "wb")  # noqa: SIM115 - closed below
-             for name in ("rowids.i64", matrix_file, "corpus.i32", "expires.f64", "stale.u8")}
+    # An int8 base's build also writes the stored values at half precision (removed before
+    # it is sealed): its codes, graph and measurements come from them, as the f16 base's did.
+    written = ("rowids.i64", matrix_file, "corpus.i32", "expires.f64", "stale.u8") + (
+        (SCALES, _HALF) if matrix_kind == "i8" else ())
+    files = {name: open(tmp / name, "wb") for name in written}  # noqa: SIM115 - closed below
     try:
         with progress(total, "vector index: copy") as bar:
             for b in batches:
@@ -419,9 +437,14 @@ def _build(
                                      dtype=np.int32, count=len(b.corpora))
                 files["rowids.i64"].write(np.ascontiguousarray(b.rowids, dtype=np.int64).tobytes())
                 # as stored (unit length already, codec.normalized): renormalizing would move
-                # the last bits and reorder ties against the other dialect and the delta. The
-                # stored vectors are half precision (codec.py), so float16 keeps them exactly.
-                files[matrix_file].write(np.ascontiguousarray(b.vectors, dtype=matrix_type).tobytes())
+                # the last bits and reorder ties against the other dialect and the delta
+                if matrix_kind == "i8":
+                    quantized, scales = quantize(b.vectors)
+                    files[matrix_file].write(quantized.tobytes())
+                    files[SCALES].write(scales.tobytes())
+                    files[_HALF].write(np.ascontiguousarray(b.vectors, dtype=np.float16).tobytes())
+                else:
+                    files[matrix_file].write(np.ascontiguousarray(b.vectors, dtype=matrix_type).tobytes())
                 files["corpus.i32"].write(corpus.tobytes())
                 files["expires.f64"].write(np.asarray(b.expires, dtype=np.float64).tobytes())
                 files["stale.u8"].write(np.asarray(b.stale, dtype=np.uint8).tobytes())
@@ -436,7 +459,8 @@ def _build(
     with_codes = (n >= CODES_MIN_ROWS) if codes is None else (codes and n > 0)
     measured: dict[str, Any] = {}
     if with_codes or (graph_due(n, codes_hold=False) if ann is None else ann and n > 0):
-        matrix = np.asarray(np.memmap(tmp / matrix_file, dtype=matrix_type, mode="r", shape=(n, dim)))
+        exact_file, exact_type = (_HALF, np.float16) if matrix_kind == "i8" else (matrix_file, matrix_type)
+        matrix = np.asarray(np.memmap(tmp / exact_file, dtype=exact_type, mode="r", shape=(n, dim)))
         queries = asked[0]
         probed = probe(matrix, n) if queries is None else Probe(queries, kth_scores(matrix, queries),
                                                                      sampled=True)
@@ -453,6 +477,7 @@ def _build(
         del matrix
     else:
         with_ann = False
+    (tmp / _HALF).unlink(missing_ok=True)
     (tmp / "meta.json").write_text(json.dumps(
         {"format": FORMAT, "matrix": matrix_kind, "n": n, "dim": dim, "seq": seq, "ann": with_ann,
          "corpora": sorted(names, key=names.__getitem__), **measured}), encoding="utf-8")

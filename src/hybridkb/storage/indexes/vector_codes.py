@@ -1,12 +1,12 @@
-"""One bit per dimension: a first pass that reads 16x fewer bytes than the half matrix.
+"""One bit per dimension: a first pass that reads 8x fewer bytes than the int8 matrix.
 
 Each stored vector is kept, beside its row of the matrix, as the signs of its components
 after subtracting the base's mean vector (centering splits each dimension near its median,
 so every bit carries information). The Hamming distance between two such codes tracks
 the angle between the vectors, so the `rescore` rows nearest by code hold the true
-nearest neighbours with high probability; those rows are then scored exactly on the
-matrix (half precision: the stored values, widened to float32 for the product), and the
-answer's scores are exact.
+nearest neighbours with high probability; those rows are then scored on the matrix
+(int8 with a scale per row, vector_math.py), and the best of them exactly on the stored
+vectors (vectors.knn), so the answer's scores are exact.
 
 Why not the graph alone: on the benchmark's near-duplicate-heavy million items no HNSW
 breadth reached recall@10 0.95 (0.68 at ef 2048), and the exact scan it fell back to took

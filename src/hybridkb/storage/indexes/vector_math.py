@@ -13,6 +13,11 @@ value: 32 ms for 30,000 x 384 against 2 ms for the product), so half rows are wi
 bits instead, a block at a time: the sign-extended 16 bits shifted into a float32's place
 (`_widen`) are the value times 2**-112 exactly, and the query is scaled by 2**112 to
 match, so every product and sum is the one float32 rows would give, bit for bit.
+
+Rows may also be one signed byte per component with a float32 scale per row (`ScaledRows`:
+a coded base's rescoring matrix, a quarter of float32's size). Their products are close,
+not exact (a cosine off by about 1e-3): they only order the candidates, and the best are
+scored again on the stored vectors themselves (vectors.py).
 """
 
 from __future__ import annotations
@@ -48,10 +53,58 @@ def as_float32(block: Any) -> npt.NDArray[np.float32]:
     return widened
 
 
+class ScaledRows:
+    """Rows kept as int8 codes times a float32 scale per row (quantize()); indexing gives
+    the rows back as float32 (close to the originals: the build's measurements use them)."""
+
+    __slots__ = ("codes", "scales")
+
+    def __init__(self, codes: npt.NDArray[np.int8], scales: npt.NDArray[np.float32]) -> None:
+        self.codes = codes
+        self.scales = scales
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.codes.shape)
+
+    def __getitem__(self, sel: Any) -> npt.NDArray[np.float32]:
+        scales = self.scales[sel]
+        rows: npt.NDArray[np.float32] = self.codes[sel].astype(np.float32)
+        rows *= np.asarray(scales, dtype=np.float32)[..., None]
+        return rows
+
+    def dot(self, q: npt.NDArray[np.float32], positions: Any) -> npt.NDArray[np.float32]:
+        n = len(self.codes) if positions is None else len(positions)
+        out: npt.NDArray[np.float32] = np.empty(n, dtype=np.float32)
+        for start in range(0, n, _BLOCK):
+            stop = min(n, start + _BLOCK)
+            sel = slice(start, stop) if positions is None else positions[start:stop]
+            np.einsum("ij,j->i", self.codes[sel].astype(np.float32), q, out=out[start:stop])
+            out[start:stop] *= self.scales[sel]
+        return out
+
+
+def quantize(rows: Any) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.float32]]:
+    """Rows as int8 codes and a scale per row (the row's largest magnitude over 127):
+    per-row scales ordered the rescore candidates as well as per-dimension ones did (100k
+    items, recall@10 0.973 against 0.972 before the exact pass, 0.984 both after it)."""
+    block = as_float32(rows)
+    scales = (np.abs(block).max(axis=1) / 127.0).astype(np.float32) if len(block) else \
+        np.zeros(0, dtype=np.float32)
+    scales[scales == 0] = 1.0
+    codes = np.clip(np.rint(block / scales[:, None]), -127, 127).astype(np.int8)
+    return codes, scales
+
+
 def dot_rows(block: Any, query: Any, positions: Any = None) -> npt.NDArray[np.float32]:
-    """Each row of `block` (rows x dim, float32 or float16; only the rows at `positions`
-    when given) dotted with `query` (dim), as float32."""
+    """Each row of `block` (rows x dim, float32, float16 or ScaledRows; only the rows at
+    `positions` when given) dotted with `query` (dim), as float32."""
     q = np.asarray(query, dtype=np.float32).reshape(-1)
+    if isinstance(block, ScaledRows):
+        return block.dot(q, positions)
     if getattr(block, "dtype", None) == np.float16:
         return _dot_half(block, q, positions)
     rows = np.asarray(block if positions is None else block[positions], dtype=np.float32)

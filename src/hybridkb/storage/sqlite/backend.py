@@ -532,7 +532,7 @@ class SQLiteBackend:
                 base, delta = self._vectors.view(dim, read_only=self.newer_schema is not None or self.damaged)
             except self._database_error as exc:  # read on the index builder's own connection
                 raise self._error(exc, "reading the vectors") from exc
-            found = knn(base, delta, query, deep, wanted=wanted, rows=rows)
+            found = knn(base, delta, query, deep, wanted=wanted, rows=rows, source=self._vectors.source)
         except BaseException as exc:  # a damaged base not rebuilt, an unreadable folder: derived.py
             derived.unusable(exc, self._vectors, "vector", "an exact scan of the stored vectors")
             try:

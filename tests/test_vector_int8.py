@@ -1,0 +1,167 @@
+"""A coded vector base keeps its rescoring matrix as int8 with a scale per row (vector_base.py,
+vector_math.quantize): a quarter of float32's size; its products only order the candidates,
+and the best are scored again on the store's own vectors (vectors.knn), so a search returns
+the same hits and the same cosines as the half-precision base did; a row deleted or changed
+after the build is scored as the store holds it now; damage to the int8 files is found."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hybridkb
+from hybridkb import HashingEmbedder
+from hybridkb.evaluation import load
+from hybridkb.model import Filters, now_ts
+from hybridkb.storage.contract import SearchArea
+from hybridkb.storage.indexes import vector_base, verify
+from hybridkb.storage.indexes.vector_base import VectorBase, Wanted
+from hybridkb.storage.indexes.vector_math import ScaledRows, dot_rows, quantize
+from hybridkb.storage.indexes.vectors import VectorDelta, _rescored, knn
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+if not DATA.is_dir():
+    DATA = Path("/work/shared/data")
+K = 10
+AREA = SearchArea(None, Filters(include_expired=True, include_stale=True), now_ts())
+EVERYTHING = Wanted(None, time.time(), True, True)
+
+
+def generation(db: Path) -> Path:
+    (found,) = [p for p in (db.with_name(db.name + ".idx") / "vectors").iterdir() if p.is_dir()]
+    return found
+
+
+def unit(n: int, dim: int, seed: int) -> np.ndarray:
+    m = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+    out: np.ndarray = m / np.linalg.norm(m, axis=1, keepdims=True)
+    return out
+
+
+def as_half(folder: Path, stored: np.ndarray, target: Path) -> Path:
+    """A copy of an int8 generation as format 4 wrote it: the stored vectors at half precision."""
+    shutil.copytree(folder, target)
+    meta = json.loads((target / "meta.json").read_text())
+    assert meta["matrix"] == "i8"
+    stored.astype(np.float16).tofile(target / "matrix.f16")
+    for name in ("matrix.i8", vector_base.SCALES, verify.MANIFEST):
+        (target / name).unlink()
+    meta.update(format=4, matrix="f16")
+    (target / "meta.json").write_text(json.dumps(meta))
+    verify.seal(target)
+    return target
+
+
+def test_int8_rows_are_close_and_index_as_float32() -> None:
+    rows = unit(2000, 384, seed=1)
+    rows[3] = 0.0  # a zero row keeps a usable scale
+    codes, scales = quantize(rows.astype(np.float16))
+    assert codes.dtype == np.int8 and scales.dtype == np.float32 and scales[3] == 1.0
+    scaled = ScaledRows(codes, scales)
+    query = unit(1, 384, seed=2)[0]
+    exact = rows @ query
+    assert np.abs(dot_rows(scaled, query) - exact).max() < 0.01
+    picks = np.array([1999, 5, 0, 1717, 5])
+    assert np.array_equal(dot_rows(scaled, query, picks), dot_rows(scaled, query)[picks])
+    assert np.allclose(scaled[picks], rows[picks], atol=0.01) and len(scaled) == 2000
+    assert dot_rows(scaled, query, np.zeros(0, dtype=np.int64)).shape == (0,)
+
+
+@pytest.mark.skipif(not (DATA / "scifact").is_dir(), reason="shared dev data not found")
+def test_an_int8_base_on_a_real_corpus_answers_as_the_half_base_did(tmp_path: Path) -> None:
+    data = load(DATA / "scifact")
+    model = HashingEmbedder(384)
+    vectors = np.asarray(model.embed_documents([d.embedding_text for d in data.corpus]), np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True).clip(1e-12)
+    queries = np.stack([model.embed_query(q.text) for q in data.queries[:150]]).astype(np.float32)
+    db = tmp_path / "kb.db"
+    stored = vectors.astype(np.float16).astype(np.float32)
+    with hybridkb.open(str(db), embedder=model, vector_ann="codes", sample_queries=False) as kb:
+        kb.add_many([{"id": str(k), "text": d.text or d.id, "vector": v}
+                     for k, (d, v) in enumerate(zip(data.corpus, vectors, strict=True))])
+        kb.optimize()
+        folder = generation(db)
+        meta = json.loads((folder / "meta.json").read_text())
+        assert meta["format"] == vector_base.FORMAT and meta["matrix"] == "i8"
+        assert meta["codes"]["rescore"] is not None  # the code pass answers, not an exact scan
+        assert not (folder / "matrix.f32").exists() and not (folder / "matrix.f16").exists()
+        assert (folder / "matrix.i8").stat().st_size == vectors.size  # a quarter of float32's
+        assert (folder / vector_base.SCALES).stat().st_size == 4 * len(vectors)
+        got = [kb.backend.vector_search(q, AREA, K) for q in queries]
+        base = kb.backend._vectors._base
+        assert base is not None and base.approximate
+        half = VectorBase.open(as_half(folder, stored, tmp_path / "half"))
+        source = kb.backend._vectors.source
+        empty = VectorDelta(base.seq, base.seq)
+        from_half = [knn(half, empty, q, K, wanted=EVERYTHING) for q in queries]
+        from_int8 = [knn(base, empty, q, K, wanted=EVERYTHING, source=source) for q in queries]
+        # a search's whole candidate list (its mean and spread scale the calibrated score)
+        deep = sum(knn(base, empty, q, 300, wanted=EVERYTHING, source=source)
+                   == knn(half, empty, q, 300, wanted=EVERYTHING) for q in queries)
+    keys = {int(r): k for k, r in enumerate(np.asarray(base.rowids))}
+    recall = []
+    for q, hits in zip(queries, got, strict=True):
+        rows = np.array([keys[int(key)] for key, _ in hits])
+        # the scores are exact on the stored values: what float32 rows of them give, bit for bit
+        assert np.array_equal(np.array([s for _, s in hits], np.float32), dot_rows(stored[rows], q))
+        kth = np.sort(vectors @ q)[-K]  # numpy's float32 exact top 10 of the original vectors
+        recall.append(min(K, int(np.sum(vectors[rows] @ q >= kth - 1e-6))) / K)
+    assert float(np.mean(recall)) >= 0.95, np.mean(recall)
+    # the half base's answers, ids and cosines: every query's page, nearly every 300 deep list
+    assert from_int8 == from_half
+    assert deep >= 0.95 * len(queries), deep
+    assert [h for h, _ in zip(from_int8, got, strict=True)] == [[(int(k), s) for k, s in g] for g in got]
+
+
+def test_rows_changed_after_the_build_are_scored_as_stored_now(tmp_path: Path) -> None:
+    vectors = unit(1200, 32, seed=3)
+    db = tmp_path / "kb.db"
+    with hybridkb.open(str(db), embedder=HashingEmbedder(32), vector_ann="codes") as kb:
+        kb.add_many([{"id": f"v{k}", "text": f"item {k}", "vector": v} for k, v in enumerate(vectors)])
+        kb.optimize()
+        sync = kb.backend._vectors
+        base = sync._base
+        assert base is not None and base.approximate
+        before = knn(base, VectorDelta(base.seq, base.seq), vectors[7], 3, wanted=EVERYTHING,
+                     source=sync.source)
+        assert np.isclose(before[0][1], 1.0, atol=1e-3)
+        moved = unit(1, 32, seed=9)[0]
+        kb.delete("v7")
+        kb.add_many([{"id": "v8", "text": "item 8", "vector": moved}], replace=True)
+        # the base as built, and a delta that has not seen the changes: the store answers
+        stale_delta = VectorDelta(base.seq, base.seq)
+        after = knn(base, stale_delta, vectors[7], 64, wanted=EVERYTHING, source=sync.source)
+        assert before[0][0] not in dict(after)  # deleted: skipped
+        # picked by their old values in the base: the deleted row is skipped, the changed
+        # one scored on its new value, an unchanged one on its own
+        seven, eight, nine = (int(r) for r in base.rowids[7:10])
+        again = dict(_rescored(sync.source, 32, vectors[8], [(seven, 1.0), (eight, 1.0), (nine, 0.5)], 3))
+        stored = np.stack([moved, vectors[9]]).astype(np.float16).astype(np.float32)
+        assert again == dict(zip([eight, nine], dot_rows(stored, vectors[8]).tolist(), strict=True))
+        assert again[eight] < 0.9
+        assert kb.backend.vector_search(vectors[7], AREA, 3)[0][1] < 0.999  # the search agrees
+        assert kb.backend.vector_search(moved, AREA, 1)[0] == (eight, pytest.approx(1.0, abs=1e-3))
+
+
+@pytest.mark.parametrize("damaged", ["matrix.i8", vector_base.SCALES])
+def test_damage_to_the_int8_files_is_found_and_the_search_answers(tmp_path: Path, damaged: str) -> None:
+    vectors = unit(1200, 32, seed=4)
+    db = tmp_path / "kb.db"
+    with hybridkb.open(str(db), embedder=HashingEmbedder(32), vector_ann="codes") as kb:
+        kb.add_many([{"id": f"v{k}", "text": f"item {k}", "vector": v} for k, v in enumerate(vectors)])
+        kb.optimize()
+    path = generation(db) / damaged
+    with open(path, "r+b") as f:
+        f.seek(1024)
+        f.write(b"\x7b" * 2048)
+    assert any(damaged in p for p in verify.generation_problems(generation(db), full=True))
+    with hybridkb.open(str(db), embedder=HashingEmbedder(32), vector_ann="codes") as kb:
+        assert any(damaged in p["problem"] for p in kb.check()["problems"])
+        hits = kb.backend.vector_search(vectors[7], AREA, 3)
+        assert hits and np.isclose(hits[0][1], 1.0, atol=1e-3)
+        assert not kb.check()["problems"]  # the search built the base again from the items
