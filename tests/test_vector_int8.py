@@ -1,6 +1,6 @@
 """A coded vector base keeps its rescoring matrix as int8 with a scale per row (vector_base.py,
 vector_math.quantize): a quarter of float32's size; its products only order the candidates,
-and the best are scored again on the store's own vectors (vectors.knn), so a search returns
+and the best are scored again on the store's own vectors (vector_knn.knn), so a search returns
 the same hits and the same cosines as the half-precision base did; a row deleted or changed
 after the build is scored as the store holds it now; damage to the int8 files is found."""
 
@@ -21,8 +21,9 @@ from hybridkb.model import Filters, now_ts
 from hybridkb.storage.contract import SearchArea
 from hybridkb.storage.indexes import vector_base, verify
 from hybridkb.storage.indexes.vector_base import VectorBase, Wanted
+from hybridkb.storage.indexes.vector_knn import _rescored, knn
 from hybridkb.storage.indexes.vector_math import ScaledRows, dot_rows, quantize
-from hybridkb.storage.indexes.vectors import VectorDelta, _rescored, knn
+from hybridkb.storage.indexes.vectors import VectorDelta
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 if not DATA.is_dir():

@@ -25,7 +25,7 @@ class Vectors(Protocol):
 def exact_knn(source: Vectors, dim: int, query: Vector, limit: int, *, wanted: Wanted,
               rows: RowIds | None = None) -> list[tuple[int, float]]:
     """Top `limit` (rowid, cosine) of every stored vector the filters keep, best first,
-    ties by rowid (as vectors.knn answers)."""
+    ties by rowid (as vector_knn.knn answers)."""
     best: list[tuple[int, float]] = []
     if limit <= 0:
         return best

@@ -10,7 +10,7 @@ HNSW graph (`ann.usearch`, f16, opened as a memory-mapped view, added in the bac
 A base with codes keeps its matrix as one signed byte per component with a float32
 scale per row (`matrix.i8` and `scales.f32`, vector_math.quantize), a quarter of float32's
 size: the codes pick the rows to rescore, the bytes order them, and the best of those are
-scored again exactly on the stored vectors themselves (vectors.py), so the cosines a search
+scored again exactly on the stored vectors themselves (vector_knn.py), so the cosines a search
 returns are the stored values' (`approximate`). A base without codes is scanned whole by
 every search and answers from its float32 matrix (`matrix.f32`). Each build measures its
 passes (on the stored values: an int8 base's build keeps them at half precision until it

@@ -6,7 +6,7 @@ so every bit carries information). The Hamming distance between two such codes t
 the angle between the vectors, so the `rescore` rows nearest by code hold the true
 nearest neighbours with high probability; those rows are then scored on the matrix
 (int8 with a scale per row, vector_math.py), and the best of them exactly on the stored
-vectors (vectors.knn), so the answer's scores are exact.
+vectors (vector_knn.knn), so the answer's scores are exact.
 
 Why not the graph alone: on the benchmark's near-duplicate-heavy million items no HNSW
 breadth reached recall@10 0.95 (0.68 at ef 2048), and the exact scan it fell back to took

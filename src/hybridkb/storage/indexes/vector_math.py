@@ -17,7 +17,7 @@ match, so every product and sum is the one float32 rows would give, bit for bit.
 Rows may also be one signed byte per component with a float32 scale per row (`ScaledRows`:
 a coded base's rescoring matrix, a quarter of float32's size). Their products are close,
 not exact (a cosine off by about 1e-3): they only order the candidates, and the best are
-scored again on the stored vectors themselves (vectors.py).
+scored again on the stored vectors themselves (vector_knn.py).
 """
 
 from __future__ import annotations

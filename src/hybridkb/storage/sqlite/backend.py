@@ -25,12 +25,12 @@ from ...progress import ProgressFactory, no_progress
 from ...textquery import TextQuery
 from .. import asked, codec, records
 from ..contract import Key, ScoredKeys, SearchArea, Vector
-from ..indexes import scan
+from ..indexes import scan, vector_knn
 from ..indexes.sync import TextIndexSync
 from ..indexes.text_match import expand_prefixes
 from ..indexes.text_schema import title_repeat
 from ..indexes.vector_base import Wanted
-from ..indexes.vectors import ANN_MODES, VectorIndexSync, knn
+from ..indexes.vectors import ANN_MODES, VectorIndexSync
 from ..records import DEFAULT_BM25_WEIGHTS, META_PENDING_VECTOR_DIM, META_VECTOR_DIM
 from ..textcodec import unpacked_rows
 from . import derived, maintenance, matching
@@ -532,7 +532,7 @@ class SQLiteBackend:
                 base, delta = self._vectors.view(dim, read_only=self.newer_schema is not None or self.damaged)
             except self._database_error as exc:  # read on the index builder's own connection
                 raise self._error(exc, "reading the vectors") from exc
-            found = knn(base, delta, query, deep, wanted=wanted, rows=rows, source=self._vectors.source)
+            found = vector_knn.knn(base, delta, query, deep, wanted=wanted, rows=rows, source=self._changes)
         except BaseException as exc:  # a damaged base not rebuilt, an unreadable folder: derived.py
             derived.unusable(exc, self._vectors, "vector", "an exact scan of the stored vectors")
             try:

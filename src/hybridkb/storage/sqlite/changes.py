@@ -157,7 +157,7 @@ class SQLiteChanges:
 
     def stored_vectors(self, rowids: Sequence[int], dim: int) -> tuple[Any, Any]:
         """(rowids, float32 rows) of those of `rowids` that have a vector now, as stored:
-        the vector table alone (an int8 vector base's exact pass, vectors.knn: reading the
+        the vector table alone (an int8 vector base's exact pass, vector_knn.knn: reading the
         items' columns as well cost 1.7x for 330 rows)."""
         found: list[Any] = []
         for chunk in chunks(sorted({int(r) for r in rowids})):
