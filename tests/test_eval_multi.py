@@ -171,7 +171,8 @@ def test_a_note_counts_above_a_match_only_when_it_holds_no_query_word() -> None:
     words = _Words([(data, data.queries, None)], distractors=True)
     own = {"a", "b"}
     # note-2 (the printer) shares no word with "airport scanners": above "a", it counts
-    assert words.counts({"q1": ["note-2", "a"]}, data.queries[:1], own, "set:") == (1, 1)
-    assert words.counts({"q1": ["a", "note-2"]}, data.queries[:1], own, "set:") == (0, 1)
-    # note-2 holds "toner" (and note-3 "within"): a word match like "b", not a distractor
-    assert words.counts({"q2": ["note-2", "note-3", "b"]}, data.queries[1:], own, "set:") == (0, 1)
+    assert words.counts({"q1": ["note-2", "a"]}, data.queries[:1], own, "set:") == (1, 1, 1)
+    assert words.counts({"q1": ["a", "note-2"]}, data.queries[:1], own, "set:") == (0, 1, 0)
+    # note-2 holds "toner" (and note-3 "within"): a word match like "b", not a distractor;
+    # the third count (any note above a match) still shows it
+    assert words.counts({"q2": ["note-2", "note-3", "b"]}, data.queries[1:], own, "set:") == (0, 1, 1)

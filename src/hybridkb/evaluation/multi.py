@@ -55,6 +55,7 @@ class MultiRow:
     # queries whose top 10 a distractor enters (None without distractors).
     distractor_above: int | None = None
     distractor_top10: int | None = None
+    distractor_above_any: int | None = None  # the same, counting a note holding a query word too
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in self.every.to_dict().items() if k not in runner.METRIC_NAMES}
@@ -65,6 +66,7 @@ class MultiRow:
             out[f"condensed_{name}"] = round(self.condensed[name], 6)
         out["own_p50_ms"] = round(self.own.p50_ms, 3)
         out["distractor_above_match"] = self.distractor_above
+        out["any_distractor_above_match"] = self.distractor_above_any
         out["distractor_in_top10"] = self.distractor_top10
         return out
 
@@ -158,12 +160,13 @@ class _Words:
         return text is not None and not words.isdisjoint(calibration.tokens(text))
 
     def counts(self, run: dict[str, list[str]], queries: Sequence[Query], own: set[str],
-               prefix: str) -> tuple[int, int]:
+               prefix: str) -> tuple[int, int, int]:
         """(queries where a distractor holding none of the query's words ranks above a hit
-        holding one, queries with a distractor in their top 10). A note that holds a query
-        word is a word match like the documents it is weighed against, not a distractor
-        beating one. `run` names the set's own documents without `prefix`."""
-        above = top10 = 0
+        holding one, queries with a distractor in their top 10, queries where any distractor
+        ranks above a hit holding a query word). A note that holds a query word is a word
+        match like the documents it is weighed against, not a distractor beating one; the
+        third count shows it anyway. `run` names the set's own documents without `prefix`."""
+        above = top10 = above_any = 0
         for query in queries:
             ranked = run.get(query.id, [])
             first = next((i for i, d in enumerate(ranked) if d in self.distractors), None)
@@ -171,12 +174,14 @@ class _Words:
                 continue
             top10 += first < 10
             words = set(textquery.parse(query.text).words)
+            above_any += any(self.matches(prefix + d if d in own else d, words)
+                             for d in ranked[first + 1:] if d not in self.distractors)
             unrelated = next((i for i, d in enumerate(ranked)
                               if d in self.distractors and not self.matches(d, words)), None)
             if unrelated is not None:
                 above += any(self.matches(prefix + d if d in own else d, words)
                              for d in ranked[unrelated + 1:])
-        return above, top10
+        return above, top10, above_any
 
 
 def _corpus(data: Dataset) -> str:
@@ -208,10 +213,11 @@ def _rows(kb: Any, spec: RunSpec, data: Dataset, queries: list[Query],
         assert every.run is not None
         condensed = metrics.evaluate(
             {q: [d for d in ranked if d in ids] for q, ranked in every.run.items()}, qrels)
-        above, top10 = words.counts(every.run, queries, ids, _prefix(data)) if o.distractors else (None, None)
+        above, top10, above_any = (words.counts(every.run, queries, ids, _prefix(data)) if o.distractors
+                                   else (None, None, None))
         if not o.keep_runs:
             every.run = None
-        out.append(MultiRow(s, data.name, own, every, condensed, above, top10))
+        out.append(MultiRow(s, data.name, own, every, condensed, above, top10, above_any))
     return out
 
 
@@ -225,7 +231,7 @@ def format_multi(report: MultiReport) -> str:
         head.append(f"queries carrying metadata.{report.scope_by} scoped by it")
     cols = ("dataset", "mode", "fusion", "weights", "merge", "own nDCG", "every nDCG", "diff",
             "condensed", "own R@100", "every R@100", "diff", "every p50 ms", "distr. above",
-            "distr. top10")
+            "(any)", "distr. top10")
     rows: list[tuple[str, ...]] = []
     for r in report.rows:
         s, own, every = r.spec, r.own.scores, r.every.scores
@@ -238,6 +244,7 @@ def format_multi(report: MultiReport) -> str:
             f"{own['recall@100']:.4f}", f"{every['recall@100']:.4f}",
             f"{every['recall@100'] - own['recall@100']:+.4f}", f"{r.every.p50_ms:.1f}",
             "-" if r.distractor_above is None else str(r.distractor_above),
+            "-" if r.distractor_above_any is None else str(r.distractor_above_any),
             "-" if r.distractor_top10 is None else str(r.distractor_top10)))
     widths = [max(len(c), *(len(row[i]) for row in rows)) if rows else len(c)
               for i, c in enumerate(cols)]
@@ -246,8 +253,8 @@ def format_multi(report: MultiReport) -> str:
     lines.append("condensed: nDCG@10 of the every-corpus ranking with other corpora's hits "
                  "taken out (unjudged for these queries)")
     lines.append("distr. above: queries where an office note (the distractor corpus) holding no "
-                 "query word ranks above a hit holding one; distr. top10: queries whose top 10 "
-                 "a note enters")
+                 "query word ranks above a hit holding one; (any): any note, one holding a query "
+                 "word too; distr. top10: queries whose top 10 a note enters")
     if any(r.spec.default for r in report.rows):
         lines.append("* the default: kb.search(query) with no options "
                      "(score policy and near-duplicate collapse on); other rows have both off")
