@@ -119,6 +119,14 @@ def from_stored_blob(blob: bytes) -> Vector:
     return out
 
 
+def half_matrix_from_stored_blobs(blobs: Sequence[bytes], dim: int) -> npt.NDArray[np.float16]:
+    """The stored values themselves, (len(blobs), dim) half precision, undecoded."""
+    if not blobs:
+        return np.zeros((0, dim), dtype=_STORED_DTYPE)
+    flat: npt.NDArray[np.float16] = np.frombuffer(b"".join(blobs), dtype=_STORED_DTYPE)
+    return flat.reshape(len(blobs), dim)
+
+
 def matrix_from_stored_blobs(blobs: Sequence[bytes], dim: int) -> npt.NDArray[np.float32]:
     """Rows of a (len(blobs), dim) float32 matrix from stored item blobs, decoded in one go."""
     if not blobs:

@@ -79,10 +79,13 @@ class ScaledRows:
     def dot(self, q: npt.NDArray[np.float32], positions: Any) -> npt.NDArray[np.float32]:
         n = len(self.codes) if positions is None else len(positions)
         out: npt.NDArray[np.float32] = np.empty(n, dtype=np.float32)
+        buffer = _buffer(q.shape[0]).view(np.float32)  # kept: fresh pages cost more than the cast
         for start in range(0, n, _BLOCK):
             stop = min(n, start + _BLOCK)
             sel = slice(start, stop) if positions is None else positions[start:stop]
-            np.einsum("ij,j->i", self.codes[sel].astype(np.float32), q, out=out[start:stop])
+            rows = buffer[: stop - start]
+            rows[...] = self.codes[sel]
+            np.einsum("ij,j->i", rows, q, out=out[start:stop])
             out[start:stop] *= self.scales[sel]
         return out
 
