@@ -12,6 +12,9 @@ from typing import Any
 import numpy as np
 
 from hybridkb.model import Filters
+from hybridkb.storage.indexes.vector_base import Wanted
+from hybridkb.storage.indexes.vector_knn import knn
+from hybridkb.storage.indexes.vectors import VectorDelta
 from hybridkb.textquery import parse
 
 
@@ -58,12 +61,14 @@ class BareTantivy:
 
 class BareVectors:
     """The store's vector base searched directly, by the first pass searches use: usearch's
-    graph, the one-bit codes with their rescore, or the mapped matrix."""
+    graph, the one-bit codes with their rescore, or the mapped matrix; an int8 matrix's best
+    rows scored on the stored vectors, as every search of the store does (vector_knn.knn)."""
 
     def __init__(self, kb: Any) -> None:
         dim = kb.backend.vector_dim()
         base, _ = kb.backend._vectors.view(dim)
         self.base = base
+        self.source = kb.backend._vectors.source
 
     @property
     def has_graph(self) -> bool:
@@ -80,6 +85,10 @@ class BareVectors:
             return []
         if self.base.first_pass == "graph":
             return [int(k) for k in self.base.ann.search(q, limit).keys]
+        if self.base.approximate:
+            empty = VectorDelta(self.base.seq, self.base.seq)
+            everything = Wanted(None, 0.0, include_expired=True, include_stale=True)
+            return [r for r, _ in knn(self.base, empty, q, limit, wanted=everything, source=self.source)]
         if self.base.first_pass == "codes":
             rowids, scores = self.base.coded(q, limit)
         else:
