@@ -84,6 +84,7 @@ def test_the_awaiting_note_counts_only_the_searched_corpora(kb: KnowledgeBase) -
     notes = kb.search("heron", corpora=["open"]).notes
     assert any(n.startswith("1 item(s) awaiting embedding") for n in notes), notes
     assert any(n.startswith("4 item(s) awaiting embedding") for n in kb.search("heron").notes)
+    assert kb.backend.ids_missing_vectors(10, []) == []  # no corpus searched: none waits
     kb.embed_pending()
     assert not any("awaiting" in n for n in kb.search("heron").notes)
 

@@ -457,7 +457,7 @@ class SQLiteBackend:
     def ids_missing_vectors(self, limit: int, corpora: Sequence[str] | None = None) -> list[str]:
         # The partial index holds just the queue; without statistics the planner would scan
         # every item in rowid order instead (every search asks whether the queue is empty).
-        within = "" if corpora is None else f"AND corpus IN ({', '.join('?' * len(corpora))}) "
+        within = "" if corpora is None else f"AND corpus IN ({', '.join('?' * len(corpora)) or 'NULL'}) "
         return list(self._memoized(f"unembedded {limit} {corpora}", lambda: [r[0] for r in self._read(
             "SELECT id FROM items INDEXED BY items_unembedded WHERE (embedded_hash IS NULL OR "
             f"embedded_hash != content_hash) {within}ORDER BY rowid LIMIT ?", (*(corpora or ()), limit))]))
