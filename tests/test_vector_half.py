@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from vector_files import generation, unit
 
 import hybridkb
 from hybridkb import HashingEmbedder
@@ -18,22 +19,8 @@ from hybridkb.storage.contract import SearchArea
 from hybridkb.storage.indexes import vector_base, verify
 from hybridkb.storage.indexes.vector_math import as_float32, dot_rows
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-if not DATA.is_dir():
-    DATA = Path("/work/shared/data")
 K = 10
 AREA = SearchArea(None, Filters(include_expired=True, include_stale=True), now_ts())
-
-
-def generation(db: Path) -> Path:
-    (found,) = [p for p in (db.with_name(db.name + ".idx") / "vectors").iterdir() if p.is_dir()]
-    return found
-
-
-def unit(n: int, dim: int, seed: int) -> np.ndarray:
-    m = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
-    out: np.ndarray = m / np.linalg.norm(m, axis=1, keepdims=True)
-    return out
 
 
 def test_half_rows_widen_exactly_and_score_as_float32_rows() -> None:

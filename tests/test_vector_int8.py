@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from vector_files import DATA, generation, unit
 
 import hybridkb
 from hybridkb import HashingEmbedder
@@ -25,23 +26,9 @@ from hybridkb.storage.indexes.vector_knn import _rescored, knn
 from hybridkb.storage.indexes.vector_math import ScaledRows, dot_rows, quantize
 from hybridkb.storage.indexes.vectors import VectorDelta
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-if not DATA.is_dir():
-    DATA = Path("/work/shared/data")
 K = 10
 AREA = SearchArea(None, Filters(include_expired=True, include_stale=True), now_ts())
 EVERYTHING = Wanted(None, time.time(), True, True)
-
-
-def generation(db: Path) -> Path:
-    (found,) = [p for p in (db.with_name(db.name + ".idx") / "vectors").iterdir() if p.is_dir()]
-    return found
-
-
-def unit(n: int, dim: int, seed: int) -> np.ndarray:
-    m = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
-    out: np.ndarray = m / np.linalg.norm(m, axis=1, keepdims=True)
-    return out
 
 
 def as_half(folder: Path, stored: np.ndarray, target: Path) -> Path:
