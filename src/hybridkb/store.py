@@ -421,9 +421,9 @@ class KnowledgeBase:
             reading = store_filters.Reading(self.corpus_settings, self.backend.value_counts)
             notes: list[str] = []
             embed = self._query_embedder(mode, notes)
-            waiting = selection.awaiting_note(self.backend.ids_missing_vectors, names) if embed else None
-            if waiting:  # in the searched corpora only: a restricted server shows no other's count
-                notes.append(waiting)
+            awaiting = selection.awaiting_note(self.backend.ids_missing_vectors, names) if embed else None
+            if awaiting:  # in the searched corpora only: a restricted server shows no other's count
+                notes.append(awaiting)
             bg = embed and self._noise.get(self.backend, self.embedder, self.corpora(), now_ts(), notes)
             result = pipeline.run(plan, self.backend, corpora=names, now=now_ts(), embed_query=embed,
                                   labels=self.label_templates(), notes=notes, rerank=self.reranker,
