@@ -5,7 +5,7 @@ Layers, top to bottom (an import may only go to its own layer or one below):
     faces     cli, cli_options, config, mcp/*, mcp_server, transfer, evaluation/*, ingest/*,
               web/*, adapters/*
     api       hybridkb/__init__.py (open() picks a storage dialect)
-    core      store (KnowledgeBase), batches, print_worker, store_filters
+    core      store (KnowledgeBase), batches, print_worker, store_filters, item_input
     pipeline  pipeline
     storage   storage/*            embedding/* (providers: models, no store)
     pure      errors, model, fusion, dedup, scoring, textquery, querysyntax, labels, progress,
@@ -81,7 +81,7 @@ def layer(name: str) -> str:
         return "embedding"
     if top == "pipeline":
         return "pipeline"
-    if top in ("store", "batches", "print_worker", "store_filters", "noise"):  # KnowledgeBase, helpers
+    if top in ("store", "batches", "print_worker", "store_filters", "noise", "item_input"):  # KnowledgeBase, helpers
         return "core"
     if top in FACE_MODULES or top in FACE_PACKAGES:
         return "face"

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from hybridkb import KnowledgeBase
+from hybridkb.errors import InvalidInputError, NotFoundError
 
 pytest.importorskip("starlette")
 pytest.importorskip("mcp.server.mcpserver")
@@ -102,6 +103,57 @@ def test_restricted_server_still_writes_and_replaces_its_own_items(
     r = limited.post("/api/items", json={"id": "PUB1", "text": "again"}, headers=AUTH)
     assert r.status_code == 400 and "already exists" in r.json()["error"]["message"]
     _unchanged(hidden)
+
+
+def test_write_limited_to_corpora_checks_the_row_it_replaces(hidden: KnowledgeBase) -> None:
+    """`within` is decided by the write's own statement: no check before it to race."""
+    with pytest.raises(NotFoundError, match="SECRET1"):
+        hidden.upsert("overwritten", id="SECRET1", corpus="pub", within=["pub"])
+    with pytest.raises(NotFoundError):  # one refused row: the whole batch is not written
+        hidden.upsert_many([{"id": "NEW1", "text": "fresh", "corpus": "pub"},
+                            {"id": "SECRET1", "text": "overwritten", "corpus": "pub"}],
+                           within=["pub"])
+    assert hidden.get_many(["NEW1"]) == []
+    assert hidden.upsert("public notes, edited", id="PUB1", corpus="pub", within=["pub"]) == "PUB1"
+    assert hidden.get("PUB1").text == "public notes, edited"
+    assert hidden.upsert("a new one", id="NEW2", corpus="pub", within=["pub"]) == "NEW2"
+    assert hidden.delete("SECRET1", within=["pub", "other"]) is False
+    assert hidden.delete("NEW2", within=["pub"]) is True
+    with pytest.raises(InvalidInputError, match="list of corpus names"):
+        hidden.upsert("x", id="PUB1", corpus="pub", within="pub")  # type: ignore[arg-type]
+    _unchanged(hidden)
+
+
+def test_restricted_server_holds_when_an_item_moves_after_its_check(
+        hidden: KnowledgeBase, limited: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another (unrestricted) writer moves PUB1 into the hidden corpus right after the
+    server looked it up: the replace and the delete still leave it alone."""
+    looked_up = hidden.get_many
+
+    def look_then_move(ids: list[str], **options: Any) -> Any:
+        found = looked_up(ids, **options)
+        hidden.upsert("moved away", id="PUB1", corpus="secret")
+        return found
+
+    monkeypatch.setattr(hidden, "get_many", look_then_move)
+    r = limited.post("/api/items", json={"id": "PUB1", "text": "overwritten", "replace": True},
+                     headers=AUTH)
+    assert r.status_code == 404, r.text
+    assert (hidden.get("PUB1").text, hidden.get("PUB1").corpus) == ("moved away", "secret")
+    monkeypatch.undo()
+    hidden.upsert("public again", id="PUB1", corpus="pub")
+    fetched = hidden.get
+
+    def fetch_then_move(item_id: str, **options: Any) -> Any:
+        item = fetched(item_id, **options)
+        hidden.upsert("moved away", id="PUB1", corpus="secret")
+        return item
+
+    monkeypatch.setattr(hidden, "get", fetch_then_move)
+    r = limited.delete("/api/items/PUB1", headers=AUTH)
+    assert r.status_code == 200 and r.json()["deleted"] is False, r.text
+    monkeypatch.undo()
+    assert hidden.get("PUB1").corpus == "secret"
 
 
 def test_restricted_server_reveals_nothing_of_a_hidden_corpus(hidden: KnowledgeBase,

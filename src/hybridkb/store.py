@@ -3,30 +3,25 @@
 from __future__ import annotations
 
 import json
-import uuid
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import replace as dc_replace
 from datetime import timedelta
 from typing import Any
 
-from . import batches, noise, pipeline, selection, store_filters, validation
+from . import batches, item_input, noise, pipeline, selection, store_filters, validation
 from .embedding import Embedder, content_hash
 from .errors import EmbedderMismatchError, InvalidInputError, NotFoundError, StoreError
 from .model import (
-    ITEM_FIELDS,
     Filters,
     Item,
     SearchResult,
     StoredItem,
     now_ts,
     parse_filters,
-    to_ts,
-    valid_ts,
 )
 from .scoring import ScorePolicy
-from .storage import asked, codec, records
+from .storage import asked, records
 from .storage.contract import Backend, Vector
 from .storage.records import (
     META_EMBEDDER,
@@ -142,22 +137,29 @@ class KnowledgeBase:
         """Add one item; returns its id. An existing id is an error (use `upsert`)."""
         return self.add_many([{"text": text, **fields}], embed=embed)[0]
 
-    def upsert(self, text: str, *, embed: str | None = None, **fields: Any) -> str:
-        """Insert or replace one item by id (created_at and access counts are kept)."""
-        return self.add_many([{"text": text, **fields}], replace=True, embed=embed)[0]
+    def upsert(self, text: str, *, embed: str | None = None, within: Sequence[str] | None = None,
+               **fields: Any) -> str:
+        """Insert or replace one item by id (created_at and access counts are kept);
+        `within`: replace only an item of these corpora (else NotFoundError)."""
+        return self.add_many([{"text": text, **fields}], replace=True, embed=embed,
+                             within=within)[0]
 
     def add_many(
         self, items: Iterable[Item | Mapping[str, Any]], *, replace: bool = False,
         batch_size: int = 256, progress: Progress | None = None, embed: str | None = None,
+        within: Sequence[str] | None = None,
     ) -> list[str]:
         """Add items in batches; each batch is one transaction (all of it or none).
 
         Vectors are computed for new or changed text only (by content hash), before the
         commit with `embed="sync"`, later with `embed="defer"` (default: `self.embed_mode`).
+        `within` (with `replace`): an existing item is replaced only when it is in one of these
+        corpora, checked by the write itself; else NotFoundError and its batch is not written.
         """
         validation.check_batch_size(batch_size)
         if not isinstance(replace, bool):
             raise InvalidInputError(f"replace must be true or false, got {replace!r:.60}")
+        within = None if within is None else validation.corpus_names(within)
         if progress is not None and not callable(progress):
             raise InvalidInputError("progress must be a callable taking a count")
         if isinstance(items, Item | Mapping | str | bytes) or not isinstance(items, Iterable):
@@ -171,8 +173,8 @@ class KnowledgeBase:
 
         with self.backend.bulk_writes():  # searchable by text when this returns
             return batches.write_batches(
-                items, lambda raw: self._prepare(raw, dim),
-                lambda batch, prints: self._write_batch(batch, replace, defer, prints),
+                items, lambda raw: item_input.prepare(raw, dim),
+                lambda batch, prints: self._write_batch(batch, replace, defer, prints, within),
                 batch_size, progress, after_batch=read_dim)
 
     def upsert_many(self, items: Iterable[Item | Mapping[str, Any]], **options: Any) -> list[str]:
@@ -180,52 +182,7 @@ class KnowledgeBase:
 
     def check_item(self, raw: Item | Mapping[str, Any]) -> None:
         """Raise the error `add` would raise for this item (naming it), without writing it."""
-        self._prepare(raw, self._input_dim())
-
-    def _prepare(self, raw: Item | Mapping[str, Any], dim: int | None) -> tuple[Item, Vector | None]:
-        now = now_ts()
-        if isinstance(raw, Item):
-            metadata = dict(raw.metadata) if isinstance(raw.metadata, dict) else raw.metadata
-            item, vector, ttl = dc_replace(raw, metadata=metadata), None, None
-        elif isinstance(raw, Mapping):
-            data = dict(raw)
-            vector = data.pop("vector", None)
-            ttl = data.pop("ttl", None)
-            unknown = set(data) - ITEM_FIELDS
-            if unknown:
-                raise InvalidInputError(f"unknown item field(s): {', '.join(sorted(unknown))}")
-            if data.get("metadata") is None:
-                data.pop("metadata", None)
-            for key in ("created_at", "updated_at", "expires_at", "last_accessed_at"):
-                if data.get(key) is not None:
-                    try:
-                        data[key] = to_ts(data[key])
-                    except InvalidInputError as exc:
-                        label = validation.item_label(data)
-                        raise InvalidInputError(f"item {label!r}: {key}: {exc}") from exc
-            if "text" not in data:
-                raise InvalidInputError("an item needs a text")
-            item = Item(**data)
-        else:
-            raise InvalidInputError(f"an item is an Item or a dict, not {type(raw).__name__}")
-        try:
-            validation.check_item(item)
-        except InvalidInputError as exc:
-            raise InvalidInputError(f"item {validation.item_label(item.to_dict())!r}: {exc}") from exc
-        label = item.id if item.id is not None else item.text[:40]  # validation.item_label's rule
-        if item.id is None:
-            item.id = uuid.uuid4().hex
-        item.created_at = item.created_at if item.created_at is not None else now
-        item.updated_at = now if item.updated_at is None else item.updated_at
-        seconds = validation.ttl_seconds(ttl)
-        if seconds is not None:
-            item.expires_at = now + seconds
-            if not valid_ts(item.expires_at):
-                raise InvalidInputError(f"item {label!r}: ttl {ttl!r} ends after the year 9999")
-        vec = None
-        if vector is not None:
-            vec = codec.normalized(vector, dim, label=f"item {item.id!r}")
-        return item, vec
+        item_input.prepare(raw, self._input_dim())
 
     def _input_dim(self) -> int | None:
         """The size a caller's vector must have: the store's, else the model's (None: any)."""
@@ -234,8 +191,8 @@ class KnowledgeBase:
             dim = self.embedder.dim
         return dim
 
-    def _write_batch(self, batch: list[tuple[Item, Vector | None]], replace: bool,
-                     defer: bool = False, prints: list[int] | None = None) -> list[str]:
+    def _write_batch(self, batch: list[tuple[Item, Vector | None]], replace: bool, defer: bool,
+                     prints: list[int] | None, within: list[str] | None) -> list[str]:
         items = [it for it, _ in batch]
         seen: set[str] = set()
         for it in items:
@@ -259,15 +216,17 @@ class KnowledgeBase:
                 embedded = self.embedder.embed_documents([items[i].embedding_text for i in todo])
                 for i, vec in zip(todo, embedded, strict=True):
                     vectors[i] = vec
-        self.backend.upsert(items, vectors, hashes, replace=replace, prints=prints)
+        self.backend.upsert(items, vectors, hashes, replace=replace, prints=prints, within=within)
         return [it.id for it in items]  # type: ignore[misc]
 
-    def delete(self, item_id: str) -> bool:
-        """Delete one item; False when it did not exist."""
-        return self.delete_many([item_id]) > 0
+    def delete(self, item_id: str, *, within: Sequence[str] | None = None) -> bool:
+        """Delete one item; False when it did not exist (or, with `within`, is in none of
+        those corpora: decided by the delete itself)."""
+        return self.delete_many([item_id], within=within) > 0
 
-    def delete_many(self, ids: Sequence[str]) -> int:
-        return self.backend.delete(validation.lookup_ids(ids))
+    def delete_many(self, ids: Sequence[str], *, within: Sequence[str] | None = None) -> int:
+        return self.backend.delete(validation.lookup_ids(ids), within=None if within is None
+                                   else validation.corpus_names(within))
 
     def purge_expired(self) -> int:
         """Delete every expired item; returns how many."""

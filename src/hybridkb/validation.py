@@ -108,6 +108,13 @@ def item_label(data: Mapping[str, Any]) -> object:
     return text[:40] if isinstance(text, str) else "?"
 
 
+def corpus_names(names: Sequence[str]) -> list[str]:
+    """A list of corpus names (a write's `within`); one string is refused, not split."""
+    if isinstance(names, str) or not isinstance(names, Sequence):
+        raise InvalidInputError(f"within must be a list of corpus names, got {names!r:.60}")
+    return [check_name("corpus", n) for n in names]
+
+
 def lookup_ids(ids: Sequence[str]) -> list[str]:
     """The ids worth asking a store for: an id no item can have is simply not found."""
     if isinstance(ids, str):

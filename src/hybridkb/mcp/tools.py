@@ -241,4 +241,5 @@ class Tools:
         item = self.kb.get(id, include_expired=True)
         if not self._visible(item.corpus):
             raise NotFoundError(f"no item with id {id!r}")
-        return ForgetOut(id=id, deleted=self.kb.forget(id))
+        # the delete itself is limited to the visible corpora (the item may move meanwhile)
+        return ForgetOut(id=id, deleted=self.kb.delete(id, within=self.allowed))

@@ -83,10 +83,13 @@ class Backend(Protocol):
     # -- writes -----------------------------------------------------------------------------------
     def upsert(
         self, items: Sequence[Item], vectors: Sequence[Vector | None], content_hashes: Sequence[str],
-        *, replace: bool, prints: Sequence[int] | None = None,
+        *, replace: bool, prints: Sequence[int] | None = None, within: Sequence[str] | None = None,
     ) -> None:
         """Write items (ids set) with their vectors and content hashes, in one transaction;
         `prints`: their texts' word prints when already computed (dedup.word_print).
+        `within`: an existing item is replaced only when its corpus is one of these, in the
+        write's own statement (a server limited to some corpora); else NotFoundError and
+        nothing is written.
 
         `replace=False`: an existing id is InvalidInputError and nothing is written.
         `replace=True`: an existing item takes the new fields but keeps created_at,
@@ -102,8 +105,9 @@ class Backend(Protocol):
     ) -> int:
         """Vectors (and `embedded_hash`) only, for items whose content hash still matches;
         item rows are not rewritten. One transaction. Returns how many items got their vector."""
-    def delete(self, ids: Sequence[str]) -> int:
-        """Delete items with their full-text rows and vectors; returns how many existed."""
+    def delete(self, ids: Sequence[str], *, within: Sequence[str] | None = None) -> int:
+        """Delete items with their full-text rows and vectors; returns how many existed
+        (`within`: only those whose corpus is one of these, decided in the delete itself)."""
     def touch(self, ids: Sequence[str], now: float) -> None:
         """access_count += 1 and last_accessed_at = now, for the ids that exist."""
     def purge_expired(self, now: float) -> int:

@@ -178,8 +178,9 @@ class Service:
         data["corpus"] = self._writable(data.get("corpus"), "default")
         if self.allowed is not None and data.get("id") is not None:
             self._own_id(data["id"], replace)
-        write = self.kb.upsert if replace else self.kb.add
-        new_id = write(text, **data)
+        # A replace's own statement checks that the item it replaces is one this server shows.
+        new_id = (self.kb.upsert(text, within=self.allowed, **data) if replace
+                  else self.kb.add(text, **data))
         return {"id": new_id, "corpus": data["corpus"]}
 
     def _own_id(self, item_id: Any, replace: bool) -> None:
@@ -219,4 +220,4 @@ class Service:
         item = self.kb.get(item_id, include_expired=True)
         if not self._visible(item.corpus):
             raise NotFoundError(f"no item with id {item_id!r}")
-        return {"id": item_id, "deleted": self.kb.delete(item_id)}
+        return {"id": item_id, "deleted": self.kb.delete(item_id, within=self.allowed)}

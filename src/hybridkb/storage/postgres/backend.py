@@ -358,11 +358,11 @@ class PostgresBackend:
 
     def upsert(
         self, items: Sequence[Item], vectors: Sequence[Vector | None], content_hashes: Sequence[str],
-        *, replace: bool, prints: Sequence[int] | None = None,
+        *, replace: bool, prints: Sequence[int] | None = None, within: Sequence[str] | None = None,
     ) -> None:
         if not items:
             return
-        batch = bulk.Batch(items, vectors, content_hashes, replace=replace, prints=prints)
+        batch = bulk.Batch(items, vectors, content_hashes, replace=replace, prints=prints, within=within)
 
         def write(conn: Connection[Any]) -> str | None:
             batch.write(conn, self.index_min_rows)
@@ -410,11 +410,12 @@ class PostgresBackend:
 
         return self._write(work)
 
-    def delete(self, ids: Sequence[str]) -> int:
+    def delete(self, ids: Sequence[str], *, within: Sequence[str] | None = None) -> int:
         if not ids:
             return 0
+        guard = ("", []) if within is None else (" AND corpus = ANY(%s)", [list(within)])
         return self._write(lambda conn: conn.execute(
-            "DELETE FROM items WHERE id = ANY(%s)", [list(ids)]).rowcount)
+            "DELETE FROM items WHERE id = ANY(%s)" + guard[0], [list(ids), *guard[1]]).rowcount)
 
     def touch(self, ids: Sequence[str], now: float) -> None:
         if not ids:

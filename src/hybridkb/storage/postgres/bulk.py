@@ -26,6 +26,7 @@ import numpy as np
 from psycopg import sql
 from psycopg.copy import QueuedLibpqWriter
 
+from ...errors import NotFoundError
 from ...model import Item
 from .. import codec, records
 from ..contract import Vector
@@ -189,8 +190,10 @@ class Batch:
 
     def __init__(self, items: Sequence[Item], vectors: Sequence[Vector | None],
                  content_hashes: Sequence[str], *, replace: bool,
-                 prints: Sequence[int] | None = None) -> None:
+                 prints: Sequence[int] | None = None, within: Sequence[str] | None = None
+                 ) -> None:
         self.items, self.vectors, self.replace = list(items), list(vectors), replace
+        self.within = None if within is None else list(within)
         self.hashes = list(content_hashes)
         self.prints = list(records.given_prints(prints, len(self.items)))
         self.with_vectors = [(item, vec) for item, vec in zip(items, vectors, strict=True)
@@ -220,8 +223,16 @@ class Batch:
         gin = fresh and rebuild_gin_for(conn, len(items))
         if gin:  # searches wait for this transaction from here (the drop locks the table)
             conn.execute("DROP INDEX IF EXISTS items_tsv")
-        rows = (copy_items(conn, self.columns, len(items)) if fresh
-                else conn.execute(statement, self.columns()).fetchall())
+        if self.replace and self.within is not None:
+            rows = conn.execute(q.UPSERT_WITHIN, [*self.columns(), self.within]).fetchall()
+            returned = {r[1] for r in rows}
+            for item in items:  # no row came back: it is another corpus's (the WHERE held it)
+                if item.id not in returned:
+                    raise NotFoundError(f"no item with id {item.id!r} to replace in corpora "
+                                        f"{', '.join(self.within)}")
+        else:
+            rows = (copy_items(conn, self.columns, len(items)) if fresh
+                    else conn.execute(statement, self.columns()).fetchall())
         if gin:
             conn.execute(CREATE_GIN)
         written = {r[1]: (r[0], r[2]) for r in rows}

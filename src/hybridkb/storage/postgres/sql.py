@@ -59,6 +59,10 @@ _ARRAYS = sql.SQL(", ").join(sql.SQL("%s::{}[]").format(sql.SQL(t)) for t in WRI
 INSERT = sql.SQL(_INSERT).format(columns=_WRITE_COLUMNS, arrays=_ARRAYS, conflict=sql.SQL(""))
 UPSERT = sql.SQL(_INSERT).format(columns=_WRITE_COLUMNS, arrays=_ARRAYS,
                                  conflict=sql.SQL(records.ON_CONFLICT_REPLACE))
+# A server limited to some corpora replaces only rows already in them (the last parameter).
+UPSERT_WITHIN = sql.SQL(_INSERT).format(
+    columns=_WRITE_COLUMNS, arrays=_ARRAYS,
+    conflict=sql.SQL(records.ON_CONFLICT_REPLACE + " WHERE items.corpus = ANY(%s::text[])"))
 
 UPSERT_VECTORS = sql.SQL(
     "INSERT INTO item_vectors (rowid, embedding) SELECT * FROM unnest(%s::bigint[], %s::vector[]) "

@@ -270,7 +270,7 @@ class SQLiteBackend:
 
     def upsert(
         self, items: Sequence[Item], vectors: Sequence[Vector | None], content_hashes: Sequence[str],
-        *, replace: bool, prints: Sequence[int] | None = None,
+        *, replace: bool, prints: Sequence[int] | None = None, within: Sequence[str] | None = None,
     ) -> None:
         dim = self.vector_dim()
         feeding = self._text.is_feeding()  # a bulk write: the batch goes to the text index too
@@ -279,7 +279,7 @@ class SQLiteBackend:
                 self._prune_log(conn)
                 first_seq = self._log_head(conn)
                 docs = write_rows(conn, items, vectors, content_hashes, replace=replace, dim=dim,
-                                  feeding=feeding, prints=prints)
+                                  feeding=feeding, prints=prints, within=within)
                 last_seq = self._log_head(conn)
         except (UnicodeEncodeError, OverflowError) as exc:
             raise InvalidInputError(f"a value cannot be stored: {exc}") from exc
@@ -347,14 +347,14 @@ class SQLiteBackend:
                                             stale=bool(row[3])), vec))
         return len(written)
 
-    def delete(self, ids: Sequence[str]) -> int:
+    def delete(self, ids: Sequence[str], *, within: Sequence[str] | None = None) -> int:
         removed: list[int] = []
+        guard = "" if within is None else f" AND corpus IN ({_marks(len(within))})"
         with self._write() as conn:
             for chunk in _chunks(list(ids)):
-                rows = conn.execute(
-                    f"DELETE FROM items WHERE id IN ({_marks(len(chunk))}) RETURNING rowid", chunk
-                ).fetchall()
-                removed.extend(r[0] for r in rows)
+                removed.extend(r[0] for r in conn.execute(
+                    f"DELETE FROM items WHERE id IN ({_marks(len(chunk))}){guard} RETURNING rowid",
+                    (*chunk, *(within or ()))).fetchall())
             if removed and self.vector_dim() is not None:
                 for chunk in _chunks(removed):
                     conn.execute(f"DELETE FROM vec_items WHERE rowid IN ({_marks(len(chunk))})", chunk)

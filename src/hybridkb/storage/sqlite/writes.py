@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ...errors import NotFoundError
 from ...model import Item
 from .. import codec, records
 from ..contract import Vector
@@ -32,11 +33,14 @@ _MAX_ROWID = 2**63 - 1  # past it SQLite picks free rowids at random: rows go on
 
 def write_rows(conn: Any, items: Sequence[Item], vectors: Sequence[Vector | None],
                content_hashes: Sequence[str], *, replace: bool, dim: int | None,
-               feeding: bool, prints: Sequence[int] | None = None) -> list[TextDoc]:
+               feeding: bool, prints: Sequence[int] | None = None,
+               within: Sequence[str] | None = None) -> list[TextDoc]:
     """Write the item rows (`replace`: by id, keeping what records.ON_CONFLICT_REPLACE
     keeps) and their vectors (a replaced row's old one deleted; a new row has none); return
     the rows' text-index documents when `feeding` (a bulk write hands them to the index).
-    `prints`: the texts' word prints, when computed already (else computed here)."""
+    `prints`: the texts' word prints, when computed already (else computed here).
+    `within`: a row is replaced only where its corpus is one of these (the conflict's
+    WHERE: no row comes back for another's, and NotFoundError rolls the batch back)."""
     vector_rows: list[int] = []  # the rowids of `given`
     dropped: list[int] = []
     docs: list[TextDoc] = []
@@ -51,10 +55,15 @@ def write_rows(conn: Any, items: Sequence[Item], vectors: Sequence[Vector | None
         kept: list[str | None] = [None] * len(items)
         rows: list[Any] = [None] * len(items)
     else:
+        guard = "" if within is None else f" WHERE items.corpus IN ({marks(len(within))})"
         sql = (f"INSERT INTO items ({_COLUMNS}) VALUES ({marks(len(records.WRITE_COLUMNS))}) "
-               f"{records.ON_CONFLICT_REPLACE if replace else ''} RETURNING embedded_hash, "
+               f"{records.ON_CONFLICT_REPLACE + guard if replace else ''} RETURNING embedded_hash, "
                + (DOC_COLUMNS if feeding and replace else "rowid"))
-        returned = [conn.execute(sql, row).fetchone() for row in values]
+        returned = [conn.execute(sql, (*row, *(within or ()))).fetchone() for row in values]
+        for item, r in zip(items, returned, strict=True):
+            if r is None:
+                raise NotFoundError(f"no item with id {item.id!r} to replace in corpora "
+                                    f"{', '.join(within or ())}")
         kept = [r[0] for r in returned]
         rows = [r[1:] for r in returned]
         rowids = [int(r[1]) for r in returned]
