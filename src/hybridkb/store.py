@@ -305,16 +305,17 @@ class KnowledgeBase:
         return None if weights is None else (float(weights[0]), float(weights[1]))
 
     def stats(self) -> dict[str, Any]:
+        dim = self.vector_dim
+        missing = len(self.backend.ids_missing_vectors(10**9)) if dim is not None else None
         out = {
             "target": self.target,
             "items": self.count(),
             "corpora": self.corpora(),
             "embedder": self.embedder_name,
-            "vector_dim": self.vector_dim,
-            "items_without_vectors": len(self.backend.ids_missing_vectors(10**9))
-            if self.vector_dim is not None else self.count(),
+            "vector_dim": dim,
+            "items_without_vectors": self.count() if missing is None else missing,
             "reembed_pending": self.backend.get_meta(META_PENDING_EMBEDDER),
-            "awaiting_embedding": self.awaiting_embedding(),
+            "awaiting_embedding": missing if missing is not None and self.has_vectors else 0,
             "version": _package_version(),
         }
         if self.backend.newer_schema is not None:
