@@ -174,14 +174,18 @@ class _Words:
                 continue
             top10 += first < 10
             words = set(textquery.parse(query.text).words)
-            above_any += any(self.matches(prefix + d if d in own else d, words)
-                             for d in ranked[first + 1:] if d not in self.distractors)
+            above_any += self._matched_below(ranked, first, words, own, prefix)
             unrelated = next((i for i, d in enumerate(ranked)
                               if d in self.distractors and not self.matches(d, words)), None)
-            if unrelated is not None:
-                above += any(self.matches(prefix + d if d in own else d, words)
-                             for d in ranked[unrelated + 1:])
+            above += unrelated is not None and self._matched_below(ranked, unrelated, words, own,
+                                                                   prefix)
         return above, top10, above_any
+
+    def _matched_below(self, ranked: list[str], start: int, words: set[str], own: set[str],
+                       prefix: str) -> bool:
+        """A document (not a distractor) ranked under position `start` holds a query word."""
+        return any(self.matches(prefix + d if d in own else d, words)
+                   for d in ranked[start + 1:] if d not in self.distractors)
 
 
 def _corpus(data: Dataset) -> str:
