@@ -150,7 +150,7 @@ class _Judge:
 
     def __init__(self, lists: dict[str, ScoredKeys], terms: Sequence[Sequence[str]],
                  background: Background | None) -> None:
-        self.terms, self.background = terms, background
+        self.cover, self.background = calibration.Coverage(terms), background
         self.kind = calibration.kind_of("fts" in lists or "substring" in lists, "vector" in lists)
         self.bounds = {name: calibration.dbsf_bounds(s for _, s in scored)
                        for name, scored in lists.items() if scored}
@@ -174,14 +174,14 @@ class _Judge:
         """`ev` as a hit shows it: with its coverage where ranking did without it."""
         if self.ranks_by_coverage:
             return ev
-        return dataclasses.replace(ev, coverage=calibration.coverage(self.terms, _text(item)))
+        return dataclasses.replace(ev, coverage=self.cover(_text(item)))
 
     def _judge(self, doc: Key, item: StoredItem) -> tuple[Evidence, float]:
         text_name = "fts" if "fts" in self.scores else "substring"
         bm25 = self.scores.get(text_name, {}).get(doc)
         cosine = self.scores.get("vector", {}).get(doc)
         ev = Evidence(
-            coverage=calibration.coverage(self.terms, _text(item)) if self.ranks_by_coverage else 0.0,
+            coverage=self.cover(_text(item)) if self.ranks_by_coverage else 0.0,
             bm25=0.0 if bm25 is None else calibration.scaled(bm25, self.bounds[text_name]),
             vector=0.0 if cosine is None else calibration.scaled(cosine, self.bounds["vector"]),
             cosine_z=calibration.cosine_z(cosine if cosine is not None else self.floor or 0.0,
