@@ -168,6 +168,42 @@ def test_an_index_that_fails_to_commit_does_not_fail_the_write(
         assert kb.check()["problems"] == []
 
 
+def test_the_vector_base_is_built_while_the_last_commit_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The load's two tails overlap: the vector base is built on the loading thread while
+    the text index's last commit runs on its own, and both are done when add_many returns;
+    a load that failed builds no base."""
+    from hybridkb.storage.indexes.vectors import VectorIndexSync
+
+    seen: list[tuple[str, bool]] = []
+    real_commit, real_settle = TextIndex.commit, VectorIndexSync.settle
+    committing = threading.Event()
+
+    def slow_commit(self: TextIndex, writer: Any, seq: int) -> None:
+        committing.set()
+        time.sleep(0.2)
+        real_commit(self, writer, seq)
+        committing.clear()
+
+    def settle(self: VectorIndexSync, dim: int) -> None:
+        seen.append((threading.current_thread().name, committing.is_set()))
+        real_settle(self, dim)
+
+    monkeypatch.setattr(TextIndex, "commit", slow_commit)
+    monkeypatch.setattr(VectorIndexSync, "settle", settle)
+    with open_kb(tmp_path / "kb.db") as kb:
+        kb.add_many(items(300), batch_size=64)
+        assert seen == [(threading.current_thread().name, True)]
+        assert kb.backend._text.disk_seq() == log_head(kb)
+        assert kb.backend._vectors.builds == 1
+        bad = items(200, start=300)
+        bad[150]["text"] = 42
+        with pytest.raises(InvalidInputError):
+            kb.add_many(bad, batch_size=50)
+        assert len(seen) == 1  # no base built after a failed load
+        assert kb.backend._text.disk_seq() == log_head(kb)
+
+
 def test_bulk_load_on_a_memory_store() -> None:
     with hybridkb.open(":memory:", embedder=HashingEmbedder(32)) as kb:
         kb.add_many(items(300), batch_size=64)

@@ -15,7 +15,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -357,11 +357,13 @@ class TextIndexSync:
     # -- bulk writes ----------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def feeding(self) -> Iterator[None]:
+    def feeding(self, meanwhile: Callable[[], None] = lambda: None) -> Iterator[None]:
         """A bulk write: each batch committed inside (`feed()`) goes straight into one open
         tantivy writer, whose indexing threads work while the next batch is written, and the
         index is committed when the block ends. So a large load is searchable by text when
         it returns, instead of leaving the whole index to be built by the first search.
+        `meanwhile` runs on this thread while that last commit runs on another (the store
+        builds its vector base then: two tails of a load that each keep one core busy).
 
         Crash safety is the log's: a batch is committed to the store first and fed after,
         and whatever the writer held but had not committed when it failed or the process
@@ -370,10 +372,13 @@ class TextIndexSync:
         score), released at each commit, at least every FEED_CHUNK_S."""
         if self._feed is not None or self._closed:  # another thread feeds: this one logs
             yield
+            meanwhile()
             return
         feed = self._feed = _Feed(thread=threading.get_ident())
+        ran = completed = False  # `meanwhile` only after a load that completed
         try:
             yield
+            completed = True
         finally:
             self._feed = None
             try:
@@ -382,12 +387,21 @@ class TextIndexSync:
                     if feed.writer is None:
                         self._begin_chunk(feed, feed.behind)
                     self._replay(feed, feed.behind)
-                self._end_chunk(feed)
+                if feed.writer is not None and completed:
+                    self._end_chunk_soon(feed)
+                    try:
+                        ran = True
+                        meanwhile()
+                    finally:
+                        self._ended(feed, wait=True)
+                self._end_chunk(feed)  # the lock, when no writer was open
             except Exception:  # the store holds every batch: the log replays them
                 feed.failed = True
                 self._drop_chunk(feed)
             if feed.waiting or feed.failed:
                 self.kick()
+        if completed and not ran:
+            meanwhile()
 
     def is_feeding(self) -> bool:
         """Whether a write on this thread should hand its batch to `feed()`."""

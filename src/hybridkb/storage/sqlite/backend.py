@@ -296,14 +296,14 @@ class SQLiteBackend:
 
     @contextmanager
     def bulk_writes(self) -> Iterator[None]:
-        """Around many batches (KnowledgeBase.add_many): each batch also goes into the text
-        index (TextIndexSync.feeding); then the vector base the next search would have to
-        build first is built here (a failure is the next search's to retry), and a large WAL cut."""
-        with self._text.feeding():
+        """Around add_many's batches: each also goes into the text index (feeding); the vector
+        base is built while its last commit runs (a failure: the next search's to retry); WAL cut."""
+        def settle() -> None:
+            if (dim := self.vector_dim()) is not None and not (self.newer_schema or self.damaged):
+                with suppress(Exception):
+                    self._vectors.settle(dim)
+        with self._text.feeding(meanwhile=settle):
             yield
-        if (dim := self.vector_dim()) is not None and not (self.newer_schema or self.damaged):
-            with suppress(Exception):
-                self._vectors.settle(dim)
         if self.index_dir is not None:  # a file, not ":memory:"
             with self._lock, suppress(self._database_error):
                 maintenance.truncate_wal(self._conn, self.path, int(BUSY_TIMEOUT_S * 1000))
