@@ -93,3 +93,21 @@ def test_hostile_combinations(fts_conn, parts: list[str]) -> None:  # type: igno
     expr = textquery.parse(" ".join(parts)).fts5()
     if expr is not None:
         fts_conn.execute("SELECT rowid FROM t WHERE t MATCH ?", (expr,)).fetchall()
+
+
+# Characters at and around every edge of the CJK class, past the BMP, surrogates, ASCII.
+_CJK_EDGES = [chr(c) for c in (
+    0x10FF, 0x1100, 0x11FF, 0x1200, 0x303F, 0x3040, 0x30FF, 0x3100, 0x312F, 0x3130, 0x318F,
+    0x3190, 0x31EF, 0x31F0, 0x31FF, 0x3200, 0x33FF, 0x3400, 0x4DBF, 0x4DC0, 0x4DFF, 0x4E00,
+    0x9FFF, 0xA000, 0xA95F, 0xA960, 0xA97F, 0xA980, 0xABFF, 0xAC00, 0xD7AF, 0xD7B0, 0xD7FF,
+    0xD800, 0xDFFF, 0xE000, 0xF8FF, 0xF900, 0xFAFF, 0xFB00, 0xFF65, 0xFF66, 0xFF9F, 0xFFA0,
+    0xFFFF, 0x10000, 0x1F389, 0x1FFFF, 0x20000, 0x3134F, 0x31350, 0x10FFFF)] + list("aé–μ ")
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(_CJK_EDGES) | st.characters(), max_size=12).map("".join))
+def test_has_cjk_is_whether_the_class_finds_a_character(text: str) -> None:
+    """The cheap check every document goes through says what the CJK class itself says."""
+    assert textquery.has_cjk(text) == (textquery._CJK_RUN.search(text) is not None)
+    if not textquery.has_cjk(text):
+        assert textquery.cjk_expand(text) == text

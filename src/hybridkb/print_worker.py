@@ -35,6 +35,9 @@ TIMEOUT_S = 60.0  # for an answer (the first one includes the worker's import, ~
 # ~8 us more CPU in all (50,000 items, 2026-11-29, load 8: 619-635 against 679-694 us an
 # item). On one core it could only take time from the writer.
 MIN_CPUS = 2
+# A batch's texts in one write (256 benchmark texts pickle to ~380 KB): through the default
+# 64 KiB pipe they went in six writes, each waiting for the worker to read the last.
+PIPE_BYTES = 1 << 20
 
 
 def available() -> bool:
@@ -66,6 +69,10 @@ class PrintWorker:
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
             assert self._proc.stdin is not None and self._proc.stdout is not None
             os.set_blocking(self._proc.stdin.fileno(), False)
+            with contextlib.suppress(ImportError, OSError, AttributeError):  # a default pipe works
+                import fcntl  # F_SETPIPE_SZ: Linux's
+
+                fcntl.fcntl(self._proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
         except (OSError, ValueError):
             self._failed = True
 

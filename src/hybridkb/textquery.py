@@ -27,6 +27,13 @@ CJK_PHRASE_CHARS = 4  # a CJK run up to this long is searched as a word (a phras
 _CJK_RUN = re.compile(
     "[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
     "\ua960-\ua97f\uac00-\ud7af\ud7b0-\ud7ff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f]+")
+# The same class split in two for finding whether a text holds any: the BMP part alone
+# scans a text three times as fast as the whole class, and a text can hold a character
+# of the astral part only when it has a character past the BMP (its UTF-16 is longer).
+_CJK_BMP = re.compile(
+    "[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+    "\ua960-\ua97f\uac00-\ud7af\ud7b0-\ud7ff\uf900-\ufaff\uff66-\uff9f]")
+_CJK_ASTRAL = re.compile("[\U00020000-\U0003134f]")
 
 _PHRASE = re.compile(r'"([^"]*)"')
 _CHUNK = re.compile(r'[^\s"]+')
@@ -97,9 +104,20 @@ def cjk_expand(text: str) -> str:
     The one rule for documents and queries alike (SQLite's FTS5 source view and
     PostgreSQL's tsvector apply it to what they index): other scripts pass unchanged.
     """
-    if text.isascii() or not _CJK_RUN.search(text):
+    if not has_cjk(text):
         return text
     return _CJK_RUN.sub(lambda m: f" {_bigrams(m.group())} ", text)
+
+
+def has_cjk(text: str) -> bool:
+    """Whether `text` holds a character of a CJK run (`_CJK_RUN`), found cheaply: every
+    document goes through here (cjk_expand), a quarter of them not ASCII."""
+    if text.isascii():
+        return False
+    if _CJK_BMP.search(text):
+        return True
+    return len(text.encode("utf-16-le", "surrogatepass")) > 2 * len(text) \
+        and _CJK_ASTRAL.search(text) is not None
 
 
 def _bigrams(run: str) -> str:
