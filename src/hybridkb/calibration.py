@@ -35,13 +35,14 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from .textquery import cjk_expand
 
 _WORD = re.compile(r"[^\W_]+")  # letters and digits: the split of the full-text query
 _ODD = re.compile(r"[^\x00-\x7f][^ ]*")  # a piece's part from its first non-ASCII character
+_NEXT = re.compile(r" +([^ ]+)")  # the next token in a `spaced` text
 _SUFFIXES = ("ing", "ed", "es", "s")
 _ENDINGS = ("s", "es", "ed", "ing", "e", "ly")
 # ASCII letters lowercased, other ASCII but digits to spaces; UTF-8's bytes past ASCII kept.
@@ -159,26 +160,27 @@ def coverage(terms: Sequence[Sequence[str]], text: str) -> float:
 class Coverage:
     """`coverage` by one query's terms, the query's side worked out once (a search judges
     ~80 texts by the same terms). A text is not split into its ~250 words: its `spaced`
-    form is searched for each query word's forms, and for each run, by one pattern each."""
+    form is searched for each query word's forms (str.find; a compiled pattern per word
+    would cost a first-time query more to build than it saves)."""
 
     __slots__ = ("_count", "_runs", "_terms", "_words")
 
     def __init__(self, terms: Sequence[Sequence[str]]) -> None:
         self._count = len(terms)
-        self._words = {w: _finder((_forms(w),)) for term in terms for w in term}
+        self._words = {w: _tokens_of(_forms(w)) for term in terms for w in term}
         self._terms = [tuple(term) for term in terms if term]
         # a run of several words: a token whose fold is each word's, in a row
-        self._runs = {term: _finder(tuple(_unfolded(fold(w)) for w in term))
+        self._runs = {term: [_tokens_of(_unfolded(fold(w))) for w in term]
                       for term in self._terms if len(term) > 1}
 
     def __call__(self, text: str) -> float:
         if not self._count:
             return 0.0
         words = spaced(text)
-        has = {w: finder.search(words) is not None for w, finder in self._words.items()}
+        has = {w: tokens.found_in(words) for w, tokens in self._words.items()}
         found = 0
         for term in self._terms:
-            if all(has[w] for w in term) and (len(term) == 1 or self._runs[term].search(words)):
+            if all(has[w] for w in term) and (len(term) == 1 or _holds_run(words, self._runs[term])):
                 found += 1
         return found / self._count
 
@@ -189,13 +191,59 @@ def _unfolded(stem: str) -> frozenset[str]:
     return frozenset(t for t in (stem, *(stem + s for s in _SUFFIXES)) if fold(t) == stem)
 
 
-@functools.lru_cache(maxsize=4096)
-def _finder(places: tuple[frozenset[str], ...]) -> re.Pattern[str]:
-    """A pattern finding, in a `spaced` text, a token of each of `places` in a row. Tokens
-    hold no space, so a match between spaces is whole tokens; its alternatives' shared
-    prefix leads, which the engine looks for first."""
-    alternatives = ("|".join(map(re.escape, sorted(p - {""}, key=lambda t: (-len(t), t)))) for p in places)
-    return re.compile(" " + " +".join(f"(?:{a})" for a in alternatives) + "(?= )")
+class _Tokens:
+    """A set of tokens, and how to find them in a `spaced` text: by the prefix they all
+    share, at a word's start; when that prefix is under 4 characters (too common to skip
+    much), by each token whole between spaces."""
+
+    __slots__ = ("_needles", "_prefix", "tokens")
+
+    def __init__(self, tokens: frozenset[str]) -> None:
+        self.tokens = tokens - {""}  # never a token: tokens are runs of one character or more
+        ordered = sorted(self.tokens) or [""]
+        first, last = ordered[0], ordered[-1]  # the shared prefix of sorted strings is theirs
+        shared = next((i for i, (a, b) in enumerate(zip(first, last, strict=False)) if a != b),
+                      min(len(first), len(last)))
+        self._prefix = " " + first[:shared] if shared >= 4 else None
+        self._needles = tuple(f" {t} " for t in self.tokens)
+
+    def found_in(self, words: str) -> bool:
+        if self._prefix is None:
+            return any(needle in words for needle in self._needles)
+        return next(self.ends(words), -1) >= 0
+
+    def ends(self, words: str) -> Iterator[int]:
+        """Where each of the tokens in `words` ends (the index of the space after it)."""
+        if self._prefix is None:
+            for needle in self._needles:
+                at = words.find(needle)
+                while at >= 0:
+                    at += len(needle) - 1
+                    yield at
+                    at = words.find(needle, at)
+            return
+        at = words.find(self._prefix)
+        while at >= 0:
+            end = words.index(" ", at + 1)
+            if words[at + 1 : end] in self.tokens:
+                yield end
+            at = words.find(self._prefix, end)
+
+
+_tokens_of = functools.lru_cache(maxsize=4096)(_Tokens)
+
+
+def _holds_run(words: str, run: list[_Tokens]) -> bool:
+    """Whether `words` (a `spaced` text) has a token of each of `run` in a row."""
+    for end in run[0].ends(words):
+        for place in run[1:]:
+            token = _NEXT.match(words, end)
+            if token is None or token.group(1) not in place.tokens:
+                break
+            end = token.end()
+        else:
+            return True
+    return False
 
 
 def dbsf_bounds(values: Iterable[float]) -> tuple[float, float]:
