@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hybridkb import DimensionMismatchError, InvalidInputError
+from hybridkb import DimensionMismatchError, InvalidInputError, StoreError
 from hybridkb.storage import codec
 
 
@@ -32,26 +32,57 @@ def test_matrix_from_blobs() -> None:
     assert codec.matrix_from_blobs([], 5).shape == (0, 5)
 
 
-def test_item_vectors_are_stored_at_half_precision_on_both_dialects() -> None:
+def test_item_vectors_are_stored_as_int8_and_a_scale_on_both_dialects() -> None:
     vec = np.array([0.1, -0.7, 1 / 3, 2.0e-6], dtype=np.float32)
+    vec /= np.linalg.norm(vec)
     blob = codec.to_stored_blob(vec)
-    assert len(blob) == 8 and blob == vec.astype("<f2").tobytes()
+    codes = np.rint(vec / (np.float32(np.abs(vec).max()) / np.float32(127)))
+    assert codes.tolist() == [18, -127, 60, 0]
+    scale = np.float32(1 / np.sqrt(18**2 + 127**2 + 60**2))  # the codes' length: unit rows
+    assert len(blob) == 4 + 4 == codec.stored_bytes(4)
+    assert blob[:4] == np.array([scale], dtype="<f4").tobytes()
+    assert np.frombuffer(blob[4:], dtype=np.int8).tolist() == [18, -127, 60, 0]
     back = codec.from_stored_blob(blob)
     assert back.dtype == np.float32 and back.tolist() == codec.stored(vec).tolist()
-    assert np.max(np.abs(back - vec)) < 5e-4 and back.tolist() != vec.tolist()
+    assert back.tolist() == (codes.astype(np.float32) * scale).tolist()
+    assert abs(float(back @ back) - 1) < 1e-6 and float(back @ vec) <= 1.0
+    assert np.max(np.abs(back - vec)) < 0.005 and back.tolist() != vec.tolist()
     # PostgreSQL's float32 column gets the same values, so both dialects score alike
     assert codec.to_pg([vec])[0].tolist() == back.tolist()
     rows = [vec, -vec]
     matrix = codec.matrix_from_stored_blobs([codec.to_stored_blob(r) for r in rows], 4)
     assert matrix.shape == (2, 4) and matrix.tolist() == [back.tolist(), (-back).tolist()]
+    assert codec.to_stored_blobs(rows) == [codec.to_stored_blob(r) for r in rows]
     assert codec.matrix_from_stored_blobs([], 4).shape == (0, 4)
-    assert codec.stored_from_f32_blob(codec.to_blob(vec)) == blob  # migration 011's conversion
+    assert codec.stored(np.zeros(4)).tolist() == [0.0] * 4  # no division by zero
+    # storing the stored values again changes nothing (a rebuild, a copy between stores)
+    assert codec.to_stored_blob(back) == blob
+    # migration 011's conversion, then 013's
+    half = codec.half_from_f32_blob(codec.to_blob(vec))
+    assert half == vec.astype("<f2").tobytes()
+    assert codec.stored_from_half_blob(half) == codec.to_stored_blob(vec.astype(np.float16))
+    with pytest.raises(StoreError, match="expected 8"):
+        codec.matrix_from_stored_blobs([blob[:-1]], 4)
+
+
+def test_stored_values_move_a_cosine_by_about_a_thousandth() -> None:
+    rng = np.random.default_rng(3)
+    rows = rng.standard_normal((500, 384)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    queries = rows[:50] + 0.5 * rng.standard_normal((50, 384)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    moved = np.abs(queries @ codec.stored_rows(rows).T - queries @ rows.T)
+    assert moved.max() < 2e-3 and 0 < moved.mean() < 5e-4
+    self_cosines = np.einsum("ij,ij->i", codec.stored_rows(rows), rows)
+    assert np.all(self_cosines <= 1.0) and self_cosines.min() > 0.9998
 
 
 def test_pgvector_forms_are_float32_arrays() -> None:
-    out = codec.to_pg([[1, 2], np.array([0.5, 0.5], dtype=np.float64)])
+    out = codec.to_pg([[0.6, 0.8], np.array([0.8, 0.6], dtype=np.float64)])
     assert [v.dtype for v in out] == [np.float32, np.float32]
-    np.testing.assert_array_equal(out[1], [0.5, 0.5])
+    np.testing.assert_array_equal(out[1], codec.stored([0.8, 0.6]))  # the stored values
+    np.testing.assert_allclose(out[1], [0.8, 0.6], atol=0.005)
+    assert codec.to_pg([]) == []
 
     class FakeVector:  # what pgvector.Vector offers
         def to_numpy(self) -> np.ndarray:

@@ -169,7 +169,7 @@ def test_the_index_is_over_half_precision_vectors_and_knn_queries_use_it(pg_url:
         plan = kb.backend.explain_vector_search(vectors[5], area, 10)
         assert "item_vectors_ivf" in plan, plan
         best = named(kb.backend, kb.backend.vector_search(vectors[5], area, 3))
-        assert best[0][0] == "v5" and abs(best[0][1] - 1.0) < 1e-5  # re-scored exactly
+        assert best[0][0] == "v5" and abs(best[0][1] - 1.0) < 1e-4  # re-scored exactly (the stored values)
 
 
 def test_a_store_with_the_full_precision_index_gets_the_half_precision_one(pg_url: str) -> None:

@@ -48,7 +48,7 @@ def test_copy_writes_what_insert_writes(pg_url: str, monkeypatch: pytest.MonkeyP
         assert (got.title, got.kind, got.text) == ("T7", "note", "bulk item 7 river 0")
         vec = kb.backend.vectors_for(["b7"])["b7"]
         want = np.asarray(items[7]["vector"], dtype=np.float32)
-        assert np.allclose(vec, codec.stored(want / np.linalg.norm(want)), atol=1e-6)  # half precision
+        assert np.allclose(vec, codec.stored(want / np.linalg.norm(want)), atol=1e-6)  # as stored
         assert kb.search("river 3", mode="fts", limit=3).ids[0] in {"b3", "b10", "b17"}
         assert kb.count() == 253 and kb.backend.integrity_problems() == []
         with pytest.raises(InvalidInputError):  # an existing id fails the whole COPY

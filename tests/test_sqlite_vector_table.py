@@ -1,6 +1,6 @@
-"""SQLite keeps vectors in a plain table of blobs by rowid (migration 009), float16 since
-migration 011; stores made before either (a sqlite-vec `vec0` table, float32 blobs) are
-moved over when opened."""
+"""SQLite keeps vectors in a plain table of blobs by rowid (migration 009), float16 from
+migration 011, int8 codes and a scale per row since 013; stores made before (a sqlite-vec
+`vec0` table, float32 blobs, float16 blobs) are moved over when opened."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 
 import hybridkb
 from hybridkb import HashingEmbedder
-from hybridkb.storage.sqlite import driver
+from hybridkb.storage import codec
+from hybridkb.storage.sqlite import driver, tables
 
 DIM = 16
 
@@ -46,16 +47,42 @@ def test_vectors_are_stored_as_given_and_a_wrong_length_is_refused(tmp_path: Pat
     assert len(stored) == 20
     for blob, item in zip(stored.values(), items, strict=True):
         vec = np.asarray(item["vector"], dtype=np.float32)
-        assert len(blob) == 2 * DIM
+        assert len(blob) == 4 + DIM
         unit = (vec / np.linalg.norm(vec)).astype(np.float32)
-        assert np.frombuffer(blob, dtype="<f2").tolist() == unit.astype(np.float16).tolist()
+        codes = np.rint(unit / (np.abs(unit).max() / np.float32(127)))
+        assert np.frombuffer(blob[4:], dtype=np.int8).tolist() == codes.tolist()
+        scale = np.float32(1 / np.sqrt(np.sum(codes.astype(np.float64) ** 2)))  # unit rows
+        assert np.frombuffer(blob[:4], dtype="<f4").tolist() == [scale]
     with closing(driver.connect(str(path), timeout=5)) as conn, \
             pytest.raises(driver.integrity_error(), match="CHECK"):
-        conn.execute("INSERT INTO vec_items (rowid, embedding) VALUES (999, ?)", (b"\0" * 4 * DIM,))
+        conn.execute("INSERT INTO vec_items (rowid, embedding) VALUES (999, ?)", (b"\0" * 2 * DIM,))
 
 
 def _f32(blobs: dict[int, bytes]) -> list[tuple[int, bytes]]:
-    return [(r, np.frombuffer(b, dtype="<f2").astype("<f4").tobytes()) for r, b in blobs.items()]
+    return [(r, codec.from_stored_blob(b).astype("<f4").tobytes()) for r, b in blobs.items()]
+
+
+def _half(blobs: dict[int, bytes]) -> list[tuple[int, bytes]]:
+    return [(r, codec.from_stored_blob(b).astype("<f2").tobytes()) for r, b in blobs.items()]
+
+
+def _through_half(blobs: dict[int, bytes]) -> dict[int, bytes]:
+    """What migrations 011 and 013 make of the float32 blobs of these stored vectors."""
+    return {r: codec.stored_from_half_blob(codec.half_from_f32_blob(b)) for r, b in _f32(blobs)}
+
+
+def _rewrite(path: Path, rows: list[tuple[int, bytes]], width: int, undone: tuple[str, ...]) -> None:
+    """Rewrite a store's vector table as an older hybridkb made it (`width` bytes a
+    component), its later migrations not yet applied."""
+    with closing(driver.connect(str(path), timeout=5)) as conn:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("DROP TABLE vec_items")
+        conn.execute("CREATE TABLE vec_items (rowid INTEGER PRIMARY KEY, "
+                     f"embedding BLOB NOT NULL CHECK (length(embedding) = {width * DIM}))")
+        conn.executemany("INSERT INTO vec_items (rowid, embedding) VALUES (?, ?)", rows)
+        conn.execute(f"DELETE FROM schema_migrations WHERE name IN ({','.join('?' * len(undone))})",
+                     undone)
+        conn.execute("COMMIT")
 
 
 def _to_f32(path: Path) -> None:
@@ -67,7 +94,7 @@ def _to_f32(path: Path) -> None:
         conn.execute("CREATE TABLE vec_items (rowid INTEGER PRIMARY KEY, "
                      f"embedding BLOB NOT NULL CHECK (length(embedding) = {4 * DIM}))")
         conn.executemany("INSERT INTO vec_items (rowid, embedding) VALUES (?, ?)", rows)
-        conn.execute("DELETE FROM schema_migrations WHERE name = '011_half_vectors'")
+        conn.execute("DELETE FROM schema_migrations WHERE name IN ('011_half_vectors', '013_int8_vectors')")
         conn.execute("COMMIT")
 
 
@@ -85,7 +112,7 @@ def _to_vec0(path: Path) -> None:
         conn.execute("INSERT INTO vec_items (rowid, embedding) SELECT rowid, embedding FROM old_vectors")
         conn.execute("DROP TABLE old_vectors")
         conn.execute("DELETE FROM schema_migrations WHERE name IN "
-                     "('009_plain_vectors', '011_half_vectors')")
+                     "('009_plain_vectors', '011_half_vectors', '013_int8_vectors')")
         conn.execute("COMMIT")
 
 
@@ -108,10 +135,10 @@ def test_a_store_with_a_vec0_table_is_moved_to_the_plain_table(tmp_path: Path) -
         assert kb.get("new") is not None
     assert not _table_sql(path).upper().startswith("CREATE VIRTUAL")
     moved = _vectors(path)
-    assert {k: moved[k] for k in vectors} == vectors and len(moved) == len(vectors) + 1
+    assert {k: moved[k] for k in vectors} == _through_half(vectors) and len(moved) == len(vectors) + 1
 
 
-def test_a_store_of_float32_vectors_is_moved_to_half_precision(tmp_path: Path) -> None:
+def test_a_store_of_float32_vectors_is_moved_to_the_stored_layout(tmp_path: Path) -> None:
     path, items = tmp_path / "kb.db", _items(40)
     with hybridkb.open(path, embedder=HashingEmbedder(DIM)) as kb:
         kb.add_many(items)
@@ -124,9 +151,53 @@ def test_a_store_of_float32_vectors_is_moved_to_half_precision(tmp_path: Path) -
         assert [h.id for h in kb.search("item 3 topic", mode="vector", limit=5).hits] == before
         kb.add("written after the move", id="new", vector=np.ones(DIM, dtype=np.float32))
         assert kb.backend.vectors_for(["new"])["new"].tolist() == pytest.approx([DIM ** -0.5] * DIM, abs=1e-3)
-    assert f"= {2 * DIM}" in _table_sql(path)
+    assert f"= {DIM + 4}" in _table_sql(path)
     moved = _vectors(path)
-    assert {k: moved[k] for k in vectors} == vectors and len(moved) == len(vectors) + 1
+    assert {k: moved[k] for k in vectors} == _through_half(vectors) and len(moved) == len(vectors) + 1
+
+
+def test_a_store_of_float16_vectors_is_moved_to_int8_in_one_transaction(tmp_path: Path) -> None:
+    """Migration 013 on a store as the version before wrote it (float16 blobs, a vector
+    base built from them, a re-embedding's pending vectors): every vector becomes the
+    stored layout of its float16 values, the base keeps answering, optimize() VACUUMs."""
+    path, items = tmp_path / "kb.db", _items(40)
+    with hybridkb.open(path, embedder=HashingEmbedder(DIM)) as kb:
+        kb.add_many(items)
+        before = [(h.id, round(h.retrievers["vector"].score, 2))
+                  for h in kb.search("item 3 topic", mode="vector", limit=5).hits]
+    half = _half(_vectors(path))
+    _rewrite(path, half, 2, ("013_int8_vectors",))
+    with closing(driver.connect(str(path), timeout=5)) as conn:
+        conn.execute(tables.CREATE_PENDING)
+        conn.execute("INSERT INTO vec_items_pending VALUES ('i1', ?, 'h')", (half[0][1],))
+    assert f"= {2 * DIM}" in _table_sql(path)
+    with hybridkb.open(path, embedder=HashingEmbedder(DIM)) as kb:
+        assert kb.check()["ok"]
+        after = [(h.id, round(h.retrievers["vector"].score, 2))
+                 for h in kb.search("item 3 topic", mode="vector", limit=5).hits]
+        assert after == before
+        assert kb.optimize()["reclaimed_bytes"] >= 0
+    assert f"= {DIM + 4}" in _table_sql(path)
+    moved = _vectors(path)
+    assert moved == {r: codec.stored_from_half_blob(b) for r, b in half}
+    assert _rows(path, "SELECT embedding FROM vec_items_pending") == [(codec.stored_from_half_blob(half[0][1]),)]
+
+
+def test_a_failed_int8_migration_leaves_the_float16_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, items = tmp_path / "kb.db", _items(10)
+    with hybridkb.open(path, embedder=HashingEmbedder(DIM)) as kb:
+        kb.add_many(items)
+    half = _half(_vectors(path))
+    _rewrite(path, half, 2, ("013_int8_vectors",))
+
+    def broken(blob: bytes) -> bytes:
+        raise RuntimeError("disk went away")
+
+    monkeypatch.setattr(codec, "stored_from_half_blob", broken)
+    with pytest.raises(Exception, match="disk went away"):
+        hybridkb.open(path, embedder=HashingEmbedder(DIM))
+    assert _vectors(path) == dict(half) and f"= {2 * DIM}" in _table_sql(path)
+    assert ("013_int8_vectors",) not in _rows(path, "SELECT name FROM schema_migrations")
 
 
 def test_a_new_store_has_8k_pages_and_an_old_one_keeps_its_own(tmp_path: Path) -> None:

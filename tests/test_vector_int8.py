@@ -1,8 +1,9 @@
 """A coded vector base keeps its rescoring matrix as int8 with a scale per row (vector_base.py,
-vector_math.quantize): a quarter of float32's size; its products only order the candidates,
-and the best are scored again on the store's own vectors (vector_knn.knn), so a search returns
-the same hits and the same cosines as the half-precision base did; a row deleted or changed
-after the build is scored as the store holds it now; damage to the int8 files is found."""
+vector_math.quantize): a quarter of float32's size, the same bytes as the stored vectors
+(codec.py); its products order the candidates, and the best are scored again on the store's
+own vectors (vector_knn.knn), so a search returns the same hits and the same cosines as a
+float32 matrix of the stored values; a row deleted or changed after the build is scored as
+the store holds it now; damage to the int8 files is found."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import hybridkb
 from hybridkb import HashingEmbedder
 from hybridkb.evaluation import load
 from hybridkb.model import Filters, now_ts
+from hybridkb.storage import codec
 from hybridkb.storage.contract import SearchArea
 from hybridkb.storage.indexes import vector_base, verify
 from hybridkb.storage.indexes.vector_base import VectorBase, Wanted
@@ -31,15 +33,15 @@ AREA = SearchArea(None, Filters(include_expired=True, include_stale=True), now_t
 EVERYTHING = Wanted(None, time.time(), True, True)
 
 
-def as_half(folder: Path, stored: np.ndarray, target: Path) -> Path:
-    """A copy of an int8 generation as format 4 wrote it: the stored vectors at half precision."""
+def as_float32(folder: Path, stored: np.ndarray, target: Path) -> Path:
+    """A copy of an int8 generation with the stored values as a float32 matrix instead."""
     shutil.copytree(folder, target)
     meta = json.loads((target / "meta.json").read_text())
     assert meta["matrix"] == "i8"
-    stored.astype(np.float16).tofile(target / "matrix.f16")
+    stored.astype(np.float32).tofile(target / "matrix.f32")
     for name in ("matrix.i8", vector_base.SCALES, verify.MANIFEST):
         (target / name).unlink()
-    meta.update(format=4, matrix="f16")
+    meta.update(matrix="f32")
     (target / "meta.json").write_text(json.dumps(meta))
     verify.seal(target)
     return target
@@ -61,18 +63,21 @@ def test_int8_rows_are_close_and_index_as_float32() -> None:
 
 
 @pytest.mark.skipif(not (DATA / "scifact").is_dir(), reason="shared dev data not found")
-def test_an_int8_base_on_a_real_corpus_answers_as_the_half_base_did(tmp_path: Path) -> None:
+def test_an_int8_base_on_a_real_corpus_answers_as_a_float32_matrix_of_the_stored_values(
+        tmp_path: Path) -> None:
     data = load(DATA / "scifact")
     model = HashingEmbedder(384)
     vectors = np.asarray(model.embed_documents([d.embedding_text for d in data.corpus]), np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True).clip(1e-12)
     queries = np.stack([model.embed_query(q.text) for q in data.queries[:150]]).astype(np.float32)
     db = tmp_path / "kb.db"
-    stored = vectors.astype(np.float16).astype(np.float32)
     with hybridkb.open(str(db), embedder=model, vector_ann="codes", sample_queries=False) as kb:
         kb.add_many([{"id": str(k), "text": d.text or d.id, "vector": v}
                      for k, (d, v) in enumerate(zip(data.corpus, vectors, strict=True))])
         kb.optimize()
+        blobs = [r[0] for r in kb.backend._read("SELECT embedding FROM vec_items ORDER BY rowid", ())]
+        stored = codec.matrix_from_stored_blobs(blobs, 384)
+        assert np.abs(stored - vectors).max() < 0.01
         folder = generation(db)
         meta = json.loads((folder / "meta.json").read_text())
         assert meta["format"] == vector_base.FORMAT and meta["matrix"] == "i8"
@@ -83,7 +88,11 @@ def test_an_int8_base_on_a_real_corpus_answers_as_the_half_base_did(tmp_path: Pa
         got = [kb.backend.vector_search(q, AREA, K) for q in queries]
         base = kb.backend._vectors._base
         assert base is not None and base.approximate
-        half = VectorBase.open(as_half(folder, stored, tmp_path / "half"))
+        # the base's bytes are the store's: its int8 rows and scales are the stored blobs'
+        assert b"".join(blobs) == b"".join(
+            s.tobytes() + c.tobytes() for s, c in zip(np.asarray(base.matrix.scales),
+                                                       np.asarray(base.matrix.codes), strict=True))
+        half = VectorBase.open(as_float32(folder, stored, tmp_path / "f32"))
         source = kb.backend._vectors.source
         empty = VectorDelta(base.seq, base.seq)
         from_half = [knn(half, empty, q, K, wanted=EVERYTHING) for q in queries]
@@ -100,7 +109,7 @@ def test_an_int8_base_on_a_real_corpus_answers_as_the_half_base_did(tmp_path: Pa
         kth = np.sort(vectors @ q)[-K]  # numpy's float32 exact top 10 of the original vectors
         recall.append(min(K, int(np.sum(vectors[rows] @ q >= kth - 1e-6))) / K)
     assert float(np.mean(recall)) >= 0.95, np.mean(recall)
-    # the half base's answers, ids and cosines: every query's page, nearly every 300 deep list
+    # a float32 matrix's answers, ids and cosines: every query's page, nearly every 300 deep list
     assert from_int8 == from_half
     assert deep >= 0.95 * len(queries), deep
     assert [h for h, _ in zip(from_int8, got, strict=True)] == [[(int(k), s) for k, s in g] for g in got]
@@ -129,11 +138,13 @@ def test_rows_changed_after_the_build_are_scored_as_stored_now(tmp_path: Path) -
         # one scored on its new value, an unchanged one on its own
         seven, eight, nine = (int(r) for r in base.rowids[7:10])
         again = dict(_rescored(sync.source, 32, vectors[8], [(seven, 1.0), (eight, 1.0), (nine, 0.5)], 3))
-        stored = np.stack([moved, vectors[9]]).astype(np.float16).astype(np.float32)
+        now = kb.backend.vectors_for(["v8", "v9"])  # the stored values
+        stored = np.stack([now["v8"], now["v9"]])
+        assert np.abs(stored - np.stack([moved, vectors[9]])).max() < 0.01
         assert again == dict(zip([eight, nine], dot_rows(stored, vectors[8]).tolist(), strict=True))
         assert again[eight] < 0.9
-        assert kb.backend.vector_search(vectors[7], AREA, 3)[0][1] < 0.999  # the search agrees
-        assert kb.backend.vector_search(moved, AREA, 1)[0] == (eight, pytest.approx(1.0, abs=1e-3))
+        assert kb.backend.vector_search(vectors[7], AREA, 3)[0][1] < 0.99  # the search agrees
+        assert kb.backend.vector_search(moved, AREA, 1)[0] == (eight, pytest.approx(1.0, abs=2e-3))
 
 
 @pytest.mark.parametrize("damaged", ["matrix.i8", vector_base.SCALES])

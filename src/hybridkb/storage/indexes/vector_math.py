@@ -15,9 +15,10 @@ bits instead, a block at a time: the sign-extended 16 bits shifted into a float3
 match, so every product and sum is the one float32 rows would give, bit for bit.
 
 Rows may also be one signed byte per component with a float32 scale per row (`ScaledRows`:
-a coded base's rescoring matrix, a quarter of float32's size). Their products are close,
-not exact (a cosine off by about 1e-3): they only order the candidates, and the best are
-scored again on the stored vectors themselves (vector_knn.py).
+a coded base's rescoring matrix, a quarter of float32's size: the stored vectors' own
+bytes, codec.py). Their products equal the stored values' but for float32 rounding (the
+scale applied after the sum): they order the candidates, and the best are scored again on
+the stored vectors themselves (vector_knn.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from .. import codec
 
 _BLOCK = 1_024  # half rows widened at a time (1.5 MB at 384 dimensions: within L2)
 _SCALE = np.float32(2.0**112)  # a widened half value is the value times 2**-112
@@ -93,13 +96,9 @@ class ScaledRows:
 def quantize(rows: Any) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.float32]]:
     """Rows as int8 codes and a scale per row (the row's largest magnitude over 127):
     per-row scales ordered the rescore candidates as well as per-dimension ones did (100k
-    items, recall@10 0.973 against 0.972 before the exact pass, 0.984 both after it)."""
-    block = as_float32(rows)
-    scales = (np.abs(block).max(axis=1) / 127.0).astype(np.float32) if len(block) else \
-        np.zeros(0, dtype=np.float32)
-    scales[scales == 0] = 1.0
-    codes = np.clip(np.rint(block / scales[:, None]), -127, 127).astype(np.int8)
-    return codes, scales
+    items, recall@10 0.973 against 0.972 before the exact pass, 0.984 both after it). The
+    stored vectors' own layout (codec.quantize), so a base's rows hold the stored bytes."""
+    return codec.quantize(as_float32(rows))
 
 
 def dot_rows(block: Any, query: Any, positions: Any = None) -> npt.NDArray[np.float32]:

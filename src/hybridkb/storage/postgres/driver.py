@@ -74,12 +74,14 @@ def migrate(conn: Any, shown_url: str) -> str | None:
 
 
 def _vacuum(conn: Any, tables: list[str]) -> None:
-    """VACUUM (ANALYZE) the tables migrations rewrote (outside their transaction); a role
-    that may not is told why its searches may be slower, not stopped."""
+    """VACUUM (ANALYZE) the tables migrations rewrote that exist (outside their transaction);
+    a role that may not is told why its searches may be slower, not stopped."""
     import psycopg
     from psycopg import sql
 
     for table in dict.fromkeys(tables):
+        if conn.execute("SELECT to_regclass(%s)", [table]).fetchone()[0] is None:
+            continue  # made later (the vector table, once a dimension is known)
         try:
             conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(table)))
         except psycopg.Error as exc:

@@ -1,6 +1,6 @@
 """The embedded dialect: one SQLite file, the system of record, with derived indexes beside it.
 
-Items and their vectors (float16 blobs by rowid) are written in one transaction;
+Items and their vectors (int8 codes and a scale, by rowid) are written in one transaction;
 triggers number every committed write in the `changes` log (migration 004). BM25 runs
 on a tantivy index in `<file>.idx/text/` that catches up from that log before each
 search, and vectors on a memory-mapped base generation (an HNSW graph past a size) plus

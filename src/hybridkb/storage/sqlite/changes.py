@@ -156,16 +156,15 @@ class SQLiteChanges:
         return _batch(rows, dim)
 
     def stored_vectors(self, rowids: Sequence[int], dim: int) -> tuple[Any, Any]:
-        """(rowids, rows as stored: float16) of those of `rowids` that have a vector now: the
-        vector table alone (an int8 vector base's exact pass, vector_knn.knn: reading the
-        items' columns as well cost 1.7x for 330 rows). vector_math.dot_rows scores half
-        rows exactly as float32 ones, without numpy's slow cast."""
+        """(rowids, the stored values as float32 rows) of those of `rowids` that have a vector
+        now: the vector table alone (an int8 vector base's exact pass, vector_knn.knn:
+        reading the items' columns as well cost 1.7x for 330 rows)."""
         found: list[Any] = []
         for chunk in chunks(sorted({int(r) for r in rowids})):
             found.extend(self._read(
                 f"SELECT rowid, embedding FROM vec_items WHERE rowid IN ({marks(len(chunk))})", chunk))
         return (np.array([r[0] for r in found], dtype=np.int64),
-                codec.half_matrix_from_stored_blobs([r[1] for r in found], dim))
+                codec.matrix_from_stored_blobs([r[1] for r in found], dim))
 
     def iter_vectors(self, dim: int, batch_size: int = 4096) -> Iterator[Batch]:
         """Every vector in rowid order, read on a connection of its own in one transaction

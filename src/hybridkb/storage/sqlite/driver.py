@@ -152,7 +152,8 @@ def integrity_error() -> type[Exception]:
 # Migrations whose work depends on what the store holds: run after the file of that name.
 _PYTHON_STEPS: dict[str, Callable[[Any], object]] = {"009_plain_vectors": tables.plain_vectors,
                                                       "011_half_vectors": tables.half_vectors,
-                                                      "012_packed_text": tables.pack_texts}
+                                                      "012_packed_text": tables.pack_texts,
+                                                      "013_int8_vectors": tables.int8_vectors}
 
 
 def migrate(conn: Any) -> str | None:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .. import codec, records, textcodec
@@ -27,12 +27,14 @@ def chunks(seq: Sequence[Any], size: int = MAX_VARS) -> Iterator[Sequence[Any]]:
         yield seq[i : i + size]
 
 
-def create_vectors(dim: int, name: str = "vec_items", width: int = codec.STORED_BYTES) -> str:
-    """The vector table: each vector's bytes (codec.to_stored_blob: float16 since migration
-    011, float32 before) by its item's rowid, their length checked (until migration 009 a
-    sqlite-vec `vec0` table)."""
+def create_vectors(dim: int, name: str = "vec_items", length: int | None = None) -> str:
+    """The vector table: each vector's bytes (codec.to_stored_blob: a scale and int8 codes
+    since migration 013, float16 from 011, float32 before) by its item's rowid, their length
+    checked (`length`: the stored layout's by default; until migration 009 a sqlite-vec
+    `vec0` table)."""
+    size = codec.stored_bytes(dim) if length is None else int(length)
     return (f"CREATE TABLE {name} (rowid INTEGER PRIMARY KEY, "
-            f"embedding BLOB NOT NULL CHECK (length(embedding) = {int(width) * int(dim)}))")
+            f"embedding BLOB NOT NULL CHECK (length(embedding) = {size}))")
 
 
 _VEC0_DIM = re.compile(r"float\[(\d+)\]")  # the size a vec0 table was declared with
@@ -47,7 +49,8 @@ def plain_vectors(conn: Any) -> bool:
     declared = _VEC0_DIM.search(sql)
     if not sql.upper().startswith("CREATE VIRTUAL TABLE") or declared is None:
         return False
-    conn.execute(create_vectors(int(declared.group(1)), "vec_items_moved", width=4))
+    dim = int(declared.group(1))
+    conn.execute(create_vectors(dim, "vec_items_moved", length=4 * dim))
     conn.execute("INSERT INTO vec_items_moved (rowid, embedding) "
                  "SELECT rowid, embedding FROM vec_items ORDER BY rowid")
     conn.execute("DROP TABLE vec_items")
@@ -57,28 +60,59 @@ def plain_vectors(conn: Any) -> bool:
 
 def half_vectors(conn: Any, batch: int = 20_000) -> bool:
     """Migration 011, inside the caller's transaction: a vector table of float32 blobs becomes
-    one of float16 blobs (codec.to_stored_blob) with the same rowids, and vectors waiting in a
-    re-embedding's pending table are converted too. Returns whether there was one to move."""
+    one of float16 blobs with the same rowids, and vectors waiting in a re-embedding's
+    pending table are converted too (migration 013 then makes them the stored layout).
+    Returns whether there was one to move."""
+    return _convert_vectors(conn, 4, 2, codec.half_from_f32_blob, batch)
+
+
+def int8_vectors(conn: Any, batch: int = 20_000) -> bool:
+    """Migration 013, inside the caller's transaction: a vector table of float16 blobs
+    becomes one of the stored layout (codec.to_stored_blob: a scale and int8 codes, about
+    half the bytes) with the same rowids; a re-embedding's pending vectors too. A vector
+    base built from the float16 values holds the same codes and only orders rows (the exact
+    pass reads this table): it stays. Returns whether there was one to move; when so,
+    `optimize` VACUUMs the file."""
+    moved = _convert_vectors(conn, 2, None, codec.stored_from_half_blob, batch)
+    if moved:
+        conn.execute(SET_META, ("vacuum_due", "1"))
+    return moved
+
+
+def _convert_vectors(conn: Any, width: int, new_width: int | None,
+                     convert: Callable[[bytes], bytes], batch: int) -> bool:
+    """The vector table (and pending vectors) rewritten from blobs of `width` bytes a
+    component to `convert`'s (`new_width` bytes a component; None: the stored layout),
+    when the table's checked length and the store's dimension say it holds the old ones."""
     row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'vec_items'").fetchone()
     checked = _CHECKED.search(str(row[0])) if row is not None else None
-    if checked is not None and int(checked.group(1)) % 4 == 0:
-        dim = int(checked.group(1)) // 4
-        conn.execute(create_vectors(dim, "vec_items_half"))
+    dim = _dimension(conn)
+    if dim is None and checked is not None and int(checked.group(1)) % width == 0:
+        dim = int(checked.group(1)) // width  # the table's own length says it (older stores)
+    old = checked is not None and dim is not None and int(checked.group(1)) == width * dim
+    if old and dim is not None:
+        conn.execute(create_vectors(dim, "vec_items_new",
+                                    None if new_width is None else new_width * dim))
         last = 0
         while rows := conn.execute("SELECT rowid, embedding FROM vec_items WHERE rowid > ? "
                                    "ORDER BY rowid LIMIT ?", (last, batch)).fetchall():
-            conn.executemany("INSERT INTO vec_items_half (rowid, embedding) VALUES (?, ?)",
-                             [(r, codec.stored_from_f32_blob(b)) for r, b in rows])
+            conn.executemany("INSERT INTO vec_items_new (rowid, embedding) VALUES (?, ?)",
+                             [(r, convert(b)) for r, b in rows])
             last = int(rows[-1][0])
         conn.execute("DROP TABLE vec_items")
-        conn.execute("ALTER TABLE vec_items_half RENAME TO vec_items")
+        conn.execute("ALTER TABLE vec_items_new RENAME TO vec_items")
     pending = conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'vec_items_pending'").fetchone()
     if pending is not None:
         rows = conn.execute("SELECT id, embedding FROM vec_items_pending").fetchall()
         conn.executemany("UPDATE vec_items_pending SET embedding = ? WHERE id = ?",
-                         [(codec.stored_from_f32_blob(b), i) for i, b in rows])
-    return checked is not None
+                         [(convert(b), i) for i, b in rows])  # all written by the version before
+    return old
+
+
+def _dimension(conn: Any) -> int | None:
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (records.META_VECTOR_DIM,)).fetchone()
+    return int(row[0]) if row is not None and str(row[0]).isdigit() else None
 
 
 def pack_texts(conn: Any, batch: int = 5_000) -> int:
