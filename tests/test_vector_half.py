@@ -39,9 +39,19 @@ def test_half_rows_widen_exactly_and_score_as_float32_rows() -> None:
 
 def as_format(folder: Path, stored: np.ndarray, version: int) -> None:
     """Rewrite a generation as an earlier format wrote it: 3, a float32 matrix for every base;
-    4, a coded base's matrix at half precision (`stored`: the stored vectors, rowid order)."""
+    4, a coded base's matrix at half precision (`stored`: the stored vectors, rowid order);
+    5, the int8 matrix. Before 6, codes were kept in base order, without cells."""
     meta = json.loads((folder / "meta.json").read_text())
-    if meta.pop("matrix") == "i8":
+    if meta.get("codes", {}).pop("cells", None):
+        meta["codes"].pop("budget", None)
+        order = np.fromfile(folder / "order.i32", dtype=np.int32)
+        cell_order = np.fromfile(folder / "codes.u64", dtype=np.uint64).reshape(-1, len(order))
+        in_base = np.empty_like(cell_order)
+        in_base[:, order] = cell_order
+        in_base.tofile(folder / "codes.u64")
+        for name in vector_base.CELL_FILES:
+            (folder / name).unlink()
+    if version < 5 and meta.pop("matrix") == "i8":
         for name in ("matrix.i8", vector_base.SCALES):
             (folder / name).unlink()
         if version == 4:
@@ -55,7 +65,7 @@ def as_format(folder: Path, stored: np.ndarray, version: int) -> None:
     verify.seal(folder)
 
 
-@pytest.mark.parametrize("version", [3, 4])
+@pytest.mark.parametrize("version", [3, 4, 5])
 @pytest.mark.parametrize("mode", ["auto", "codes"])
 def test_a_previous_format_answers_and_is_built_again(tmp_path: Path, mode: str, version: int) -> None:
     vectors = unit(1500, 32, seed=5)

@@ -5,8 +5,10 @@ exact scans over a filter's rows gather just those pages), the rowids (`rowids.i
 attributes the default filters test (corpus code, expiry, staleness: masks, so the common
 search needs no SQL) and, past `CODES_MIN_ROWS`, first passes that pick rows for an exact
 rescore: one-bit codes (`codes.u64` with their centre `center.f32`, vector_codes.py,
-written with the base) and, past `ANN_MIN_ROWS` or where the codes fall short, a usearch
-HNSW graph (`ann.usearch`, f16, opened as a memory-mapped view, added in the background).
+written with the base, stored cell by cell: `cells.f32`, `offsets.i64` and `order.i32`,
+vector_cells.py, so a query scans its nearest cells' codes only) and, past `ANN_MIN_ROWS`
+or where the codes fall short, a usearch HNSW graph (`ann.usearch`, f16, opened as a
+memory-mapped view, added in the background).
 A base with codes keeps its matrix as one signed byte per component with a float32
 scale per row (`matrix.i8` and `scales.f32`, vector_math.quantize), a quarter of float32's
 size: the codes pick the rows to rescore, the bytes order them, and the best of those are
@@ -39,24 +41,25 @@ import numpy as np
 import numpy.typing as npt
 
 from ...progress import ProgressFactory, no_progress
-from . import vector_codes, verify
+from . import vector_cells, vector_codes, verify
 from .vector_math import ScaledRows, as_float32, dot_rows, quantize
 from .vector_recall import Probe, calibrate, kth_scores, probe
 
 Vector = npt.NDArray[np.float32]
 RowIds = npt.NDArray[np.int64]
 
-FORMAT = 5  # 5: a coded base's matrix as int8 and a scale per row (meta "matrix": "i8" or "f32")
+FORMAT = 6  # 6: the codes stored cell by cell (meta "codes" "cells": their count, vector_cells.py)
 # Generations of these formats are still read (searches answer from them) while the base is
 # built again in the current one: 3, the float32 matrix of every base; 4, a coded base's at
-# half precision.
-READABLE = (3, 4, FORMAT)
+# half precision; 5, its int8 matrix with codes in base order (a whole-base code scan).
+READABLE = (3, 4, 5, FORMAT)
+CELL_FILES = ("cells.f32", "offsets.i64", "order.i32")  # centroids, each cell's start, positions
 MATRIX = {"i8": ("matrix.i8", np.int8), "f16": ("matrix.f16", np.float16),
           "f32": ("matrix.f32", np.float32)}
 SCALES = "scales.f32"  # an i8 matrix's scale per row
 _HALF = "exact.f16.tmp"  # the stored values, while an i8 base is built (_build)
 MAPPED = ("rowids.i64", "matrix.i8", SCALES, "matrix.f16", "matrix.f32", "corpus.i32",
-          "expires.f64", "stale.u8", "codes.u64", "ann.usearch")
+          "expires.f64", "stale.u8", "codes.u64", "ann.usearch", *CELL_FILES)
 MEASURED = "measured-{}.json"  # a later measurement of a generation's passes (remeasure)
 _AT = "@"  # a published generation's name: its folder, then "@K" once measured again
 # Below this many vectors a base keeps no first pass: an exact scan of the mapped matrix is
@@ -136,6 +139,11 @@ class VectorBase:
     center: npt.NDArray[np.float32] | None = None
     rescore: int | None = None
     codes_recall: float | None = None
+    # The codes' cells (format 6) and the rows a query scans in them that, with `rescore`,
+    # reached the target recall (the base's size: every cell).
+    cells: vector_cells.Cells | None = None
+    budget: int | None = None
+    _kept: dict[int, tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]]] = field(default_factory=dict)
     # "graph", "codes" or None (exact scans): the faster measured pass that holds recall.
     first_pass: str | None = None
     # The store's asked queries the passes were measured on (storage/asked.py; 0: pseudo-
@@ -224,12 +232,19 @@ class VectorBase:
             expires = mapped("expires.f64", np.float64, (n,))
             stale = mapped("stale.u8", np.uint8, (n,))
             coded = meta.get("codes")
-            codes = center = None
+            codes = center = cells = None
             if coded:
                 center = np.fromfile(folder / "center.f32", dtype=np.float32)
                 codes = mapped("codes.u64", np.uint64, (vector_codes.words_per_code(dim), n))
                 if center.shape != (dim,):
                     raise BaseUnusable("vector codes do not match the matrix")
+            if coded and coded.get("cells"):
+                count = int(coded["cells"])
+                cells = vector_cells.Cells(mapped("cells.f32", np.float32, (count, dim)),
+                                           mapped("offsets.i64", np.int64, (count + 1,)),
+                                           mapped("order.i32", np.int32, (n,)))
+                if int(cells.offsets[-1]) != n:
+                    raise BaseUnusable("vector cells do not match the matrix")
             ann = None
             if with_ann and meta.get("ann") and (folder / "ann.usearch").exists():
                 ann = usearch_index().restore(str(folder / "ann.usearch"), view=True)
@@ -247,6 +262,7 @@ class VectorBase:
                    list(meta.get("corpora", [])), np.asarray(expires), np.asarray(stale), ef=ef,
                    recall=meta.get("recall"), graph_ok=graph_ok, codes=codes, center=center,
                    rescore=rescore, codes_recall=coded.get("recall") if coded else None,
+                   cells=cells, budget=coded.get("budget") if coded else None,
                    asked=int(meta.get("asked", {}).get("count", 0)),
                    asked_through=int(meta.get("asked", {}).get("through", 0)),
                    measurement=measurement, first_pass=_first_pass(meta, graph=ann is not None and graph_ok,
@@ -281,16 +297,36 @@ class VectorBase:
             return np.asarray(self.rowids), dot_rows(self.matrix, query)
         return np.asarray(self.rowids[positions]), dot_rows(self.matrix, query, positions)
 
-    def coded(self, query: Vector, count: int, mask: npt.NDArray[np.bool_] | None = None
-              ) -> tuple[RowIds, Vector]:
-        """The rows nearest by one-bit code (only those `mask` keeps), scored exactly: at
+    def coded(self, query: Vector, count: int, mask: npt.NDArray[np.bool_] | None = None,
+              counted: npt.NDArray[np.bool_] | None = None) -> tuple[RowIds, Vector]:
+        """The rows nearest by one-bit code (only those `mask` keeps), scored on the matrix: at
         least the calibrated rescore depth, and four times `count` for deep lists (hybrid
-        asks 300: at twice that, NFCorpus hybrid lost 0.0045 nDCG@10 to the exact scan)."""
+        asks 300: at twice that, NFCorpus hybrid lost 0.0045 nDCG@10 to the exact scan).
+        With cells, the query's best cells until the measured rows are scanned, counted in
+        the rows `counted` keeps (a filter's whole-base mask, kept across searches: masked())."""
         if self.codes is None or self.center is None or self.rescore is None:
             return self.exact(query, None if mask is None else np.flatnonzero(mask))
+        if self.cells is not None and self.budget is not None:
+            budget, rescore = vector_cells.effort(self.budget, self.rescore, count)
+            kept = None if counted is None else self._kept_by(counted)
+            picks, scores = vector_cells.search(self.cells, self.codes, self.center, self.matrix,
+                                                query, budget, rescore, mask, kept)
+            return np.asarray(self.rowids[picks]), scores
         picks, scores = vector_codes.search(self.codes, self.center, self.matrix, query,
                                             max(self.rescore, 4 * count), mask)
         return np.asarray(self.rowids[picks]), scores
+
+    def _kept_by(self, counted: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
+        """Rows of each cell `counted` keeps (kept with the mask: a gather of the whole base)."""
+        found = self._kept.get(id(counted))
+        if found is not None and found[0] is counted:
+            return found[1]
+        assert self.cells is not None
+        if len(self._kept) > 16:
+            self._kept.clear()
+        kept = self.cells.kept(counted)
+        self._kept[id(counted)] = (counted, kept)
+        return kept
 
     def nearest(self, query: Vector, count: int) -> tuple[RowIds, Vector]:
         """The graph's `count` nearest rows, scored exactly on the mapped matrix: the graph's
@@ -333,9 +369,7 @@ def remeasure(base: VectorBase, queries: npt.NDArray[np.float32], through: int) 
     probed = Probe(queries, kth_scores(base.matrix, queries), sampled=True)
     measured: dict[str, Any] = {"asked": {"count": len(queries), "through": int(through)}}
     if base.codes is not None and base.center is not None:
-        found = vector_codes.calibrate(base.codes, base.center, base.matrix, probed)
-        measured["codes"] = {"rescore": found.rescore, "recall": found.recall,
-                             "seconds": round(found.seconds, 6)}
+        measured["codes"] = _measure_codes(base.codes, base.center, base.matrix, probed, base.cells)
     if base.ann is not None:
         graph = calibrate(base.ann, base.matrix, np.asarray(base.rowids), probed=probed)
         measured.update(ef=graph.ef, recall=graph.recall, graph_seconds=round(graph.seconds, 6))
@@ -489,16 +523,28 @@ def graph_due(n: int, *, codes_hold: bool) -> bool:
 
 
 def _write_codes(tmp: Path, matrix: Any, n: int, probed: Probe) -> dict[str, Any]:
+    """The codes, stored cell by cell (vector_cells.py), and their measured effort."""
     center = vector_codes.center_of(matrix, n)
-    columns = vector_codes.encode_columns(matrix, n, center)
-    for name, array in (("center.f32", center), ("codes.u64", columns)):
+    cells = vector_cells.build(matrix, n)
+    columns = vector_cells.permute(vector_codes.encode_columns(matrix, n, center), cells)
+    for name, array in (("center.f32", center), ("codes.u64", columns), ("cells.f32", cells.centroids),
+                        ("offsets.i64", cells.offsets), ("order.i32", cells.order)):
         with open(tmp / name, "wb") as f:
             f.write(np.ascontiguousarray(array).tobytes())
             f.flush()
             os.fsync(f.fileno())
-    measured = vector_codes.calibrate(columns, center, matrix, probed)
-    return {"rescore": measured.rescore, "recall": measured.recall,
-            "seconds": round(measured.seconds, 6)}
+    return {**_measure_codes(columns, center, matrix, probed, cells), "cells": len(cells.centroids)}
+
+
+def _measure_codes(codes: Any, center: Any, matrix: Any, probed: Probe,
+                   cells: vector_cells.Cells | None) -> dict[str, Any]:
+    """meta.json's "codes": the effort searches use (cells: the rows scanned as well)."""
+    if cells is None:  # an older format's codes, in base order
+        found = vector_codes.calibrate(codes, center, matrix, probed)
+        return {"rescore": found.rescore, "recall": found.recall, "seconds": round(found.seconds, 6)}
+    paired = vector_cells.calibrate(cells, codes, center, matrix, probed)
+    return {"rescore": paired.rescore, "budget": paired.budget, "recall": paired.recall,
+            "seconds": round(paired.seconds, 6)}
 
 
 def _write_graph(tmp: Path, matrix: Any, n: int, dim: int, probed: Probe, *,

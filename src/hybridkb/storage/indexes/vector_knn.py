@@ -107,11 +107,13 @@ def _from_base(base: VectorBase, query: Vector, limit: int, wanted: Wanted, rows
         pos = base.positions(allowed)
         return base.exact(query, pos[base.allowed(wanted, pos)])
     mask, share = base.masked(wanted)
+    counted = mask  # kept across searches: the cells' row counts under it are too (coded())
     if changed.size:
         mask = mask & ~np.isin(base.rowids, changed)
         share = float(mask.mean()) if mask.size else 0.0
     if base.first_pass == "codes" and share >= CODES_MIN_SHARE:
-        return base.coded(query, limit, None if share >= 1.0 else mask)
+        whole = share >= 1.0
+        return base.coded(query, limit, None if whole else mask, None if whole else counted)
     if base.first_pass == "graph" and share >= ANN_MIN_SHARE:
         # Everything allowed: the graph's top `limit` is the answer; else over-fetch.
         count = limit if share >= 1.0 else int(np.ceil(2 * limit / share)) + 10
