@@ -153,6 +153,19 @@ def test_the_peers_run_beside_the_store_in_one_loop(tmp_path: Path) -> None:
     assert "| vector recall@10 (vs exact) |" in table and "hybridkb" in table
 
 
+def test_the_compact_vectors_benchmark_ranks_each_kind(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks import compact_vectors
+
+    data = _dataset(tmp_path / "tiny", n_docs=40, n_queries=20)
+    monkeypatch.setenv("HYBRIDKB_CACHE", str(tmp_path / "cache"))
+    assert compact_vectors.main(["--embedder", "hashing-32", "--dataset", str(data)]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    out = json.loads(line)
+    assert out["dataset"] == "tiny" and out["queries"] == 20
+    assert all(0 < out[k] <= 1 for k in ("float32", "float16", "stored"))
+
+
 def test_the_footprint_benchmark_sees_no_superseded_generation(tmp_path: Path) -> None:
     from benchmarks import footprint
 
