@@ -18,6 +18,8 @@ like the graph's breadth (vector_recall.py), on the same pseudo-queries.
 
 Codes are stored column-major (one contiguous uint64 array per 64 dimensions), so the scan
 is a few whole-array XOR/popcount passes; numpy has no fast reduction over a short row.
+Since format 6 they are kept cell by cell (vector_cells.py): a query scans the codes of
+its nearest cells only, and this whole-base scan is the last rung of that measurement.
 """
 
 from __future__ import annotations
