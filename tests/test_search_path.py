@@ -5,6 +5,7 @@ trace callback."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -83,12 +84,27 @@ def test_a_hybrid_search_of_a_large_store_retrieves_both_lists_at_once(
     assert backend.retrieves_concurrently  # type: ignore[attr-defined]
     threads: list[str] = []
     vector_search = backend.vector_search
-    monkeypatch.setattr(backend, "vector_search", lambda *a: threads.append(
-        threading.current_thread().name) or vector_search(*a))
-    concurrent = [kb.search(q).hits for q in queries]
+    # While the vector search runs, the text list's head is read (and judged): the vector
+    # search here waits until that read has happened.
+    read_ahead = threading.Event()
+    items_by_key = backend.items_by_key
+    monkeypatch.setattr(backend, "items_by_key", lambda keys: read_ahead.set() or items_by_key(keys))
+    waited: list[bool] = []
+
+    def vector_search_after_read_ahead(*args: object) -> object:
+        threads.append(threading.current_thread().name)
+        waited.append(read_ahead.wait(5))
+        return vector_search(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(backend, "vector_search", vector_search_after_read_ahead)
+    concurrent = []
+    for q in queries:
+        read_ahead.clear()
+        concurrent.append(kb.search(q).hits)
     assert len(threads) == len(queries) and threading.current_thread().name not in threads
-    assert [[(h.id, h.score, h.retrievers) for h in hits] for hits in concurrent] == \
-        [[(h.id, h.score, h.retrievers) for h in hits] for hits in sequential]
+    assert waited == [True] * len(queries)
+    assert [[dataclasses.asdict(h) for h in hits] for hits in concurrent] == \
+        [[dataclasses.asdict(h) for h in hits] for hits in sequential]
 
 
 def test_a_rowid_deleted_during_a_search_never_reads_as_the_item_that_took_it(

@@ -148,9 +148,8 @@ class _Group:
 class _Judge:
     """Each candidate's evidence and calibrated relevance, from one group's lists."""
 
-    def __init__(self, lists: dict[str, ScoredKeys], terms: Sequence[Sequence[str]],
-                 background: Background | None) -> None:
-        self.cover, self.background = calibration.Coverage(terms), background
+    def __init__(self, lists: dict[str, ScoredKeys], cover: _Covered, background: Background | None) -> None:
+        self.cover, self.background = cover, background
         self.kind = calibration.kind_of("fts" in lists or "substring" in lists, "vector" in lists)
         self.bounds = {name: calibration.dbsf_bounds(s for _, s in scored)
                        for name, scored in lists.items() if scored}
@@ -174,19 +173,35 @@ class _Judge:
         """`ev` as a hit shows it: with its coverage where ranking did without it."""
         if self.ranks_by_coverage:
             return ev
-        return dataclasses.replace(ev, coverage=self.cover(_text(item)))
+        return dataclasses.replace(ev, coverage=self.cover.of(doc, item))
 
     def _judge(self, doc: Key, item: StoredItem) -> tuple[Evidence, float]:
         text_name = "fts" if "fts" in self.scores else "substring"
         bm25 = self.scores.get(text_name, {}).get(doc)
         cosine = self.scores.get("vector", {}).get(doc)
         ev = Evidence(
-            coverage=self.cover(_text(item)) if self.ranks_by_coverage else 0.0,
+            coverage=self.cover.of(doc, item) if self.ranks_by_coverage else 0.0,
             bm25=0.0 if bm25 is None else calibration.scaled(bm25, self.bounds[text_name]),
             vector=0.0 if cosine is None else calibration.scaled(cosine, self.bounds["vector"]),
             cosine_z=calibration.cosine_z(cosine if cosine is not None else self.floor or 0.0,
                                           self.background) if "vector" in self.scores else 0.0)
         return ev, calibration.relevance(ev, self.kind)
+
+
+class _Covered:
+    """The query terms' coverage of each item's title and text, worked out once per search
+    (every group's judge asks the same; a hybrid search works out the text list's while
+    its vector search runs)."""
+
+    def __init__(self, terms: Sequence[Sequence[str]]) -> None:
+        self._cover = calibration.Coverage(terms)
+        self._known: dict[Key, float] = {}
+
+    def of(self, doc: Key, item: StoredItem) -> float:
+        known = self._known.get(doc)
+        if known is None:
+            known = self._known[doc] = self._cover(_text(item))
+        return known
 
 
 def _text(item: StoredItem) -> str:
@@ -249,6 +264,9 @@ def _run(
     qvec = embed_query(parsed.embed_text) if use_vec and embed_query is not None else None
 
     depth = plan.candidate_depth
+    head, pool = _heads(plan)
+    calibrated = plan.fusion == "calibrated"  # every list's first `pool` are candidates: read them
+    covered = _Covered(text_query.terms)
     # Merge by relevance: every corpus searched at once, one list per retriever. Merge by
     # RRF: one group per corpus, fused apart and interleaved by rank; past RRF_APART_MAX
     # corpora the lists come from one retrieval over all of them, split by corpus.
@@ -277,6 +295,12 @@ def _run(
         if use_fts:
             per["fts"] = backend.text_search(text_query, area, depth)
         if pending is not None:
+            # Meanwhile, what the text list's head will need (read, and judged by coverage)
+            ahead = {d for d, _ in per["fts"][: pool if calibrated else head]}
+            _fetch(backend, items, ahead)
+            if calibrated:
+                for doc in ahead & items.keys():
+                    covered.of(doc, items[doc])
             per["vector"] = pending.result()
         elif qvec is not None:
             per["vector"] = backend.vector_search(qvec, area, depth)
@@ -291,14 +315,12 @@ def _run(
         retrieve(lambda area: {"substring": backend.substring_search(words, area, depth)})
         answered = "substring" if any(per["substring"] for per in lists.values()) else "none"
 
-    head, pool = _heads(plan)
     heads = {d for per in lists.values() for sc in per.values() for d, _ in sc[:head]}
-    calibrated = plan.fusion == "calibrated"  # every list's first `pool` are candidates: read them
     _fetch(backend, items, heads | (_list_heads(lists, pool) if calibrated else _pool_ahead(lists, pool)))
 
     vectors = _vectors(backend, items, heads) if plan.dedup_cosine is not None else {}
     token_sets: dict[Key, frozenset[str]] = {}  # each text tokenized once per search (dedup)
-    fused_groups = [_fuse_group(plan, lists[g], items, vectors, token_sets, text_query.terms, background)
+    fused_groups = [_fuse_group(plan, lists[g], items, vectors, token_sets, covered, background)
                     for g in groups]
 
     merged_scores: dict[Key, float] = {}
@@ -421,7 +443,7 @@ def _answered_by(lists: dict[tuple[str, ...], dict[str, ScoredKeys]]) -> str:
 def _fuse_group(
     plan: SearchPlan, per: dict[str, ScoredKeys], items: dict[Key, StoredItem],
     vectors: dict[Key, Vector], token_sets: dict[Key, frozenset[str]],
-    terms: Sequence[Sequence[str]], background: Background | None,
+    covered: _Covered, background: Background | None,
 ) -> _Group:
     """Collapse each list's head and fuse the lists."""
     names, scored_lists, weights = [], [], []
@@ -440,7 +462,7 @@ def _fuse_group(
             alt = alternates.setdefault(survivor, [])
             alt.extend(a for a in others if a not in alt)
     lists = dict(zip(names, scored_lists, strict=True))
-    judge = _Judge(lists, terms, background)
+    judge = _Judge(lists, covered, background)
     present = [i for i, s in enumerate(scored_lists) if s]
     if not present:
         return _Group([], {}, 0.0, lists, alternates, judge)
