@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from .textquery import cjk_expand
 
 _WORD = re.compile(r"[^\W_]+")  # letters and digits: the split of the full-text query
-_ODD = re.compile(r"[^\x00-\x7f][^ ]*")  # a piece's part from its first non-ASCII character
-_NEXT = re.compile(r" +([^ ]+)")  # the next token in a `spaced` text
+_ODD = re.compile(rb"[\x80-\xff][^ ]*")  # a piece's part from its first non-ASCII byte
+_NEXT = re.compile(rb" +([^ ]+)")  # the next token in a `spaced` text
 _SUFFIXES = ("ing", "ed", "es", "s")
 _ENDINGS = ("s", "es", "ed", "ing", "e", "ly")
 # ASCII letters lowercased, other ASCII but digits to spaces; UTF-8's bytes past ASCII kept.
@@ -105,30 +105,32 @@ class Evidence:
 
 def tokens(text: str) -> list[str]:
     """Lowercase word tokens, split as the full-text query splits them."""
-    return spaced(text).split()
+    return [t.decode("utf-8", "surrogatepass") for t in spaced(text).split()]
 
 
-def spaced(text: str) -> str:
-    """`text`'s tokens (`tokens`), in order, with a space before and after each (one or
-    more between two), so that `" word "` in it says whether a token is `word`.
+def spaced(text: str) -> bytes:
+    """`text`'s tokens (`tokens`) in order as UTF-8, with a space before and after each
+    (one or more between two), so that `b" word "` in it says whether a token is `word`.
 
     ASCII letters are lowercased and other ASCII characters but digits made spaces in one
     `bytes.translate`; only the space-free pieces holding other characters (a few in a
     text) are split by the word pattern, CJK runs first made bigrams. Neither step can cut
-    a word or a CJK run, so the tokens are the pattern's over the whole text, 3-4x faster.
+    a word or a CJK run, so the tokens are the pattern's over the whole text, 3-4x faster
+    (and in bytes, never decoded whole: a text is searched as it was encoded).
     """
     if text.isascii():
-        return f" {text.encode('ascii').translate(_ASCII_WORDS).decode('ascii')} "
-    out = text.encode("utf-8", "surrogatepass").translate(_ASCII_WORDS).decode("utf-8", "surrogatepass")
-    parts = [" "]
+        return b" %b " % text.encode("ascii").translate(_ASCII_WORDS)
+    out = text.encode("utf-8", "surrogatepass").translate(_ASCII_WORDS)
+    parts = [b" "]
     done = 0
     for odd in _ODD.finditer(out):  # from a piece's first non-ASCII character to its end
-        start = out.rfind(" ", done, odd.start()) + 1 or done
-        words = map(str.lower, _WORD.findall(cjk_expand(out[start : odd.end()])))
-        parts += (out[done:start], " ", " ".join(words), " ")
+        start = out.rfind(b" ", done, odd.start()) + 1 or done
+        piece = out[start : odd.end()].decode("utf-8", "surrogatepass")
+        words = " ".join(map(str.lower, _WORD.findall(cjk_expand(piece))))
+        parts += (out[done:start], b" ", words.encode("utf-8", "surrogatepass"), b" ")
         done = odd.end()
-    parts += (out[done:], " ")
-    return "".join(parts)
+    parts += (out[done:], b" ")
+    return b"".join(parts)
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -160,8 +162,7 @@ def coverage(terms: Sequence[Sequence[str]], text: str) -> float:
 class Coverage:
     """`coverage` by one query's terms, the query's side worked out once (a search judges
     ~80 texts by the same terms). A text is not split into its ~250 words: its `spaced`
-    form is searched for each query word's forms (str.find; a compiled pattern per word
-    would cost a first-time query more to build than it saves)."""
+    form is searched for each query word's forms."""
 
     __slots__ = ("_count", "_runs", "_terms", "_words")
 
@@ -192,48 +193,48 @@ def _unfolded(stem: str) -> frozenset[str]:
 
 
 class _Tokens:
-    """A set of tokens, and how to find them in a `spaced` text: by the prefix they all
-    share, at a word's start; when that prefix is under 4 characters (too common to skip
-    much), by each token whole between spaces."""
+    """A set of tokens (as UTF-8), and how to find them in a `spaced` text: by the prefix
+    they all share, at a word's start (bytes.find, nothing to build); when that prefix is
+    under 4 bytes, too common to skip much, by a pattern of the tokens whole between spaces
+    (compiled once per query word: each text then takes one scan, not one per token)."""
 
-    __slots__ = ("_needles", "_prefix", "tokens")
+    __slots__ = ("_pattern", "_prefix", "tokens")
 
     def __init__(self, tokens: frozenset[str]) -> None:
-        self.tokens = tokens - {""}  # never a token: tokens are runs of one character or more
-        ordered = sorted(self.tokens) or [""]
+        # "" is never a token: tokens are runs of one character or more
+        self.tokens = frozenset(t.encode("utf-8", "surrogatepass") for t in tokens if t)
+        ordered = sorted(self.tokens) or [b""]
         first, last = ordered[0], ordered[-1]  # the shared prefix of sorted strings is theirs
         shared = next((i for i, (a, b) in enumerate(zip(first, last, strict=False)) if a != b),
                       min(len(first), len(last)))
-        self._prefix = " " + first[:shared] if shared >= 4 else None
-        self._needles = tuple(f" {t} " for t in self.tokens)
+        self._prefix = b" " + first[:shared] if shared >= 4 else None
+        alternatives = b"|".join(re.escape(t) for t in sorted(self.tokens, key=len, reverse=True))
+        self._pattern = None if self._prefix is not None else re.compile(
+            b" (?:%b)(?= )" % alternatives if self.tokens else b"(?!)")
 
-    def found_in(self, words: str) -> bool:
-        if self._prefix is None:
-            return any(needle in words for needle in self._needles)
+    def found_in(self, words: bytes) -> bool:
+        if self._pattern is not None:
+            return self._pattern.search(words) is not None
         return next(self.ends(words), -1) >= 0
 
-    def ends(self, words: str) -> Iterator[int]:
+    def ends(self, words: bytes) -> Iterator[int]:
         """Where each of the tokens in `words` ends (the index of the space after it)."""
-        if self._prefix is None:
-            for needle in self._needles:
-                at = words.find(needle)
-                while at >= 0:
-                    at += len(needle) - 1
-                    yield at
-                    at = words.find(needle, at)
+        if self._pattern is not None:
+            yield from (m.end() for m in self._pattern.finditer(words))
             return
-        at = words.find(self._prefix)
+        prefix = self._prefix or b""
+        at = words.find(prefix)
         while at >= 0:
-            end = words.index(" ", at + 1)
+            end = words.index(b" ", at + 1)
             if words[at + 1 : end] in self.tokens:
                 yield end
-            at = words.find(self._prefix, end)
+            at = words.find(prefix, end)
 
 
 _tokens_of = functools.lru_cache(maxsize=4096)(_Tokens)
 
 
-def _holds_run(words: str, run: list[_Tokens]) -> bool:
+def _holds_run(words: bytes, run: list[_Tokens]) -> bool:
     """Whether `words` (a `spaced` text) has a token of each of `run` in a row."""
     for end in run[0].ends(words):
         for place in run[1:]:
