@@ -104,7 +104,21 @@ def test_a_bulk_rewrite_replaces_documents(tmp_path: Path) -> None:
         assert kb.check()["problems"] == []
 
 
-def test_writes_of_another_handle_between_batches_are_taken_in(tmp_path: Path) -> None:
+@pytest.mark.parametrize("slow_commits", [False, True])
+def test_writes_of_another_handle_between_batches_are_taken_in(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slow_commits: bool) -> None:
+    """`slow_commits`: a chunk ends after every batch and commits slowly, so batches are
+    held for the next chunk with another handle's writes between them (one rewrites an
+    item of a held batch): the index still ends as the log orders the changes."""
+    if slow_commits:
+        real_commit = TextIndex.commit
+
+        def slow_commit(self: TextIndex, writer: Any, seq: int) -> None:
+            time.sleep(0.1)
+            real_commit(self, writer, seq)
+
+        monkeypatch.setattr(TextIndex, "commit", slow_commit)
+        monkeypatch.setattr(sync, "FEED_CHUNK_S", 0.0)
     db = tmp_path / "kb.db"
     with open_kb(db) as kb, open_kb(db) as other:
         written: list[str] = []
@@ -114,6 +128,8 @@ def test_writes_of_another_handle_between_batches_are_taken_in(tmp_path: Path) -
             other.add(f"interloper{n} river", id=f"x{n}")
             if n == 3:
                 other.delete("d5")
+            if n == 5:  # an item of the batch before, rewritten by the other handle
+                other.upsert("rewritten by the other handle", id="d300")
             written.append(f"x{n}")
 
         kb.add_many(items(700), batch_size=64, progress=meanwhile)
@@ -125,6 +141,8 @@ def test_writes_of_another_handle_between_batches_are_taken_in(tmp_path: Path) -
         for n, item_id in enumerate(written):
             assert kb.search(f"interloper{n}", mode="fts").ids == [item_id]
         assert kb.search("tok5", mode="fts").ids == []
+        assert kb.search("tok300", mode="fts").ids == []
+        assert kb.search("rewritten", mode="fts").ids == ["d300"]
 
 
 def test_a_failing_batch_keeps_what_was_committed_and_indexed(tmp_path: Path) -> None:
@@ -293,11 +311,23 @@ def test_fed_batches_are_never_read_back(tmp_path: Path, monkeypatch: pytest.Mon
         assert len(text_hits(kb, "title")) == 640
 
 
-def test_chunks_commit_while_the_load_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("hold", [sync.FEED_HOLD_MAX, 0])
+def test_chunks_commit_while_the_load_goes_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hold: int) -> None:
     """A chunk's commit runs on a thread of its own (tantivy lets go of the GIL): the
-    batches written meanwhile wait in the log, the next chunk replays them, and the last
-    ones are in the index when add_many returns, scored as an index rebuilt from the rows."""
+    documents of the batches written meanwhile are held for the next chunk (past
+    FEED_HOLD_MAX they wait in the log and are replayed from it), and the last ones are in
+    the index when add_many returns, scored as an index rebuilt from the rows."""
+    monkeypatch.setattr(sync, "FEED_HOLD_MAX", hold)
     read = _reads(monkeypatch)
+    held: list[int] = []
+    real_take_held = sync.TextIndexSync._take_held
+
+    def take_held(self: sync.TextIndexSync, feed: Any) -> None:
+        held.append(feed.held_docs)
+        real_take_held(self, feed)
+
+    monkeypatch.setattr(sync.TextIndexSync, "_take_held", take_held)
     commits: list[str] = []
     real_commit = TextIndex.commit
 
@@ -312,8 +342,13 @@ def test_chunks_commit_while_the_load_goes_on(tmp_path: Path, monkeypatch: pytes
         kb.add_many(items(1280), batch_size=64)
         assert kb.backend._text.disk_seq() == log_head(kb)
         assert "hybridkb-feed-commit" in commits  # chunks ended on their own thread
-        assert read, "no batch was written while a chunk committed: the test proves nothing"
-        assert len(read) < 1280  # the others were fed as written
+        if hold:
+            assert sum(held) > 0, "no batch was written while a chunk committed: the test proves nothing"
+            assert read == []  # every batch fed from what it wrote
+        else:
+            assert sum(held) == 0
+            assert read, "no batch was written while a chunk committed: the test proves nothing"
+            assert len(read) < 1280  # the others were fed as written
         # Whole lists (past a cut, ties could fall either side in another segment layout).
         fed = {q: text_hits(kb, q, 2000) for q in ("river stone", "tok17", "tok1279", "title 3")}
         assert len(text_hits(kb, "title", limit=2000)) == 1280
@@ -340,6 +375,7 @@ def test_a_chunk_replays_a_large_gap_into_its_writer(tmp_path: Path, monkeypatch
     monkeypatch.setattr(TextIndex, "commit", slow_commit)
     monkeypatch.setattr(sync, "FEED_CHUNK_S", 0.0)  # a chunk ends after every batch
     monkeypatch.setattr(sync, "CATCH_UP_BATCH", 8)  # every gap is larger than a step
+    monkeypatch.setattr(sync, "FEED_HOLD_MAX", 0)  # the batches written meanwhile: in the log
     read = _reads(monkeypatch)
     with open_kb(tmp_path / "kb.db") as kb:
         kb.add_many(items(1280), batch_size=64)

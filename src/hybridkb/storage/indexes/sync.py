@@ -16,12 +16,12 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from ...progress import ProgressFactory, no_progress
 from .. import notices
+from .bulk_feed import Batch, Feed
 from .health import Health, IndexUnavailable, engine_failure
 from .locks import _file_lock, close_at_exit, make_index_root
 from .text import IndexUnusable, StateReader, TextIndex, read_state
@@ -50,6 +50,10 @@ FEED_REPLAY_MAX = 250_000
 # only took CPU from it (100,000 items on 2 cores: 2,784-2,869 items/s with two against
 # 2,901-3,012 with one; 1,000,000: the same wall time at load 1.3 instead of 1.8).
 FEED_THREADS = 1
+# Documents of the batches written while a chunk commits aside, kept for the next chunk's
+# writer (instead of read back from the store: rows, unpacked texts, documents again); past
+# this many, the rest of that commit's batches wait in the log and are replayed.
+FEED_HOLD_MAX = 50_000
 
 
 class ChangeSource(Protocol):
@@ -79,30 +83,6 @@ class ChangeSource(Protocol):
     def iter_text_docs(self, batch_size: int) -> Iterator[list[TextDoc]]: ...
 
 
-@dataclass
-class _Feed:
-    """A bulk write in progress on one thread (see TextIndexSync.feeding)."""
-
-    thread: int
-    waiting: int = 0  # items written but left to the log (before the first chunk)
-    chunks: int = 0  # chunks opened so far
-    failed: bool = False  # the index refused a batch: the rest is left to the log
-    lock: contextlib.ExitStack | None = None  # the folder's lock, while a chunk is open
-    index: TextIndex | None = None
-    writer: Any = None  # tantivy's writer, holding every change up to `seq`
-    seq: int = 0
-    started: float = 0.0
-    behind: int = 0  # the last change a batch left in the log while a chunk was ending
-    ending: tuple[threading.Thread, _Feed] | None = None  # a chunk committing on a thread
-
-
-def _release_lock(feed: _Feed) -> None:
-    """Let the folder's lock of a feed go, if it holds it."""
-    lock, feed.lock = feed.lock, None
-    if lock is not None:
-        lock.close()
-
-
 class TextIndexSync:
     """The text index of one store, kept current with its change log.
 
@@ -128,7 +108,7 @@ class TextIndexSync:
         self._last_commit = 0.0
         self.rebuilds = 0  # how many rebuilds this process ran (for tests and `check`)
         self._state = None if folder is None else StateReader(folder)  # read per search: by stat
-        self._feed: _Feed | None = None
+        self._feed: Feed | None = None
         self.health = Health("text index", folder)  # opening or rebuilding failed: searches scan
         self.lag = Health("text index", folder)  # committing failed (read-only, full): the delta grows
         self._damage: str | None = None  # why the last open found the index unusable
@@ -374,7 +354,7 @@ class TextIndexSync:
             yield
             meanwhile()
             return
-        feed = self._feed = _Feed(thread=threading.get_ident())
+        feed = self._feed = Feed(thread=threading.get_ident())
         ran = completed = False  # `meanwhile` only after a load that completed
         try:
             yield
@@ -382,10 +362,11 @@ class TextIndexSync:
         finally:
             self._feed = None
             try:
-                self._ended(feed, wait=True)
+                feed.ended(wait=True)
                 if not feed.failed and feed.behind > feed.seq:  # the load's last batches
                     if feed.writer is None:
                         self._begin_chunk(feed, feed.behind)
+                    self._take_held(feed)
                     self._replay(feed, feed.behind)
                 if feed.writer is not None and completed:
                     self._end_chunk_soon(feed)
@@ -393,7 +374,7 @@ class TextIndexSync:
                         ran = True
                         meanwhile()
                     finally:
-                        self._ended(feed, wait=True)
+                        feed.ended(wait=True)
                 self._end_chunk(feed)  # the lock, when no writer was open
             except Exception:  # the store holds every batch: the log replays them
                 feed.failed = True
@@ -418,26 +399,20 @@ class TextIndexSync:
         feed = self._feed
         if feed is None or feed.thread != threading.get_ident() or feed.failed:
             return
-        if feed.ending is not None:  # this batch waits in the log; the next chunk replays it
+        if feed.ending is not None:  # this batch waits for the next chunk: held, or in the log
             feed.behind = last_seq
-            self._ended(feed, wait=False)  # done: the lock goes now, the chunk with the next batch
+            feed.hold((docs, first_seq, last_seq, replacing), FEED_HOLD_MAX)
+            feed.ended(wait=False)  # done: the lock goes now, the chunk with the next batch
             return
         try:
             if feed.writer is None:
                 if not feed.chunks and feed.waiting + len(docs) < FEED_MIN:
                     feed.waiting += len(docs)  # small so far: the delta covers it
                     return
-                self._begin_chunk(feed, first_seq)
-            if last_seq <= feed.seq:  # a catch-up already took it from the log
-                return
-            if first_seq > feed.seq:
-                self._replay(feed, first_seq)
-            writer, repeat = feed.writer, feed.index.title_repeat  # type: ignore[union-attr]
-            for doc in docs:
-                if replacing:
-                    writer.delete_documents_by_term("rowid", doc.rowid)
-                writer.add_document(to_document(doc, repeat))
-            feed.seq = last_seq
+                self._begin_chunk(feed, feed.held[0][1] if feed.held else first_seq)
+            self._take_held(feed)
+            if not self._take(feed, (docs, first_seq, last_seq, replacing)):
+                return  # a catch-up already took it from the log
             if time.monotonic() - feed.started >= FEED_CHUNK_S:
                 self._end_chunk_soon(feed)
         except Exception:
@@ -448,7 +423,29 @@ class TextIndexSync:
             self._drop_chunk(feed)
             raise
 
-    def _begin_chunk(self, feed: _Feed, first_seq: int) -> None:
+    def _take(self, feed: Feed, batch: Batch) -> bool:
+        """A batch into the open writer: after the changes other writers logged before it
+        (replayed from the store), unless a catch-up already took it from the log (False)."""
+        docs, first_seq, last_seq, replacing = batch
+        if last_seq <= feed.seq:
+            return False
+        if first_seq > feed.seq:
+            self._replay(feed, first_seq)
+        writer, repeat = feed.writer, feed.index.title_repeat  # type: ignore[union-attr]
+        for doc in docs:
+            if replacing:
+                writer.delete_documents_by_term("rowid", doc.rowid)
+            writer.add_document(to_document(doc, repeat))
+        feed.seq = last_seq
+        return True
+
+    def _take_held(self, feed: Feed) -> None:
+        """The batches held while the last chunk committed, into the open writer (the ones
+        that went to the log are replayed by the next `_take` or `_replay`)."""
+        for batch in feed.unhold():
+            self._take(feed, batch)
+
+    def _begin_chunk(self, feed: Feed, first_seq: int) -> None:
         """Take the folder's lock (kept until the chunk ends) and open a writer on the index
         (built when missing: the first chunk of a load into a new store). An index far
         behind the batch about to be fed is caught up and committed first; a gap of up to
@@ -465,7 +462,7 @@ class TextIndexSync:
         feed.index, feed.seq, feed.started = index, index.seq, time.monotonic()
         feed.writer = index.writer(bulk=True, threads=FEED_THREADS)
 
-    def _replay(self, feed: _Feed, before: int) -> None:
+    def _replay(self, feed: Feed, before: int) -> None:
         """Into the open writer: the changes other writers logged after `feed.seq` and up to
         `before` (read back from the store, as a catch-up does)."""
         writer, repeat = feed.writer, feed.index.title_repeat  # type: ignore[union-attr]
@@ -489,7 +486,7 @@ class TextIndexSync:
             feed.index.commit(writer, feed.seq)  # type: ignore[union-attr]
             del writer
 
-    def _end_chunk(self, feed: _Feed) -> None:
+    def _end_chunk(self, feed: Feed) -> None:
         """Commit the chunk's writer and release the folder's lock."""
         try:
             if feed.writer is not None:
@@ -499,16 +496,16 @@ class TextIndexSync:
                 finally:
                     del writer
         finally:
-            _release_lock(feed)
+            feed.release_lock()
 
-    def _end_chunk_soon(self, feed: _Feed) -> None:
+    def _end_chunk_soon(self, feed: Feed) -> None:
         """Commit the chunk on another thread. tantivy's commit and the merges it waits for
         (seconds a chunk at a million items) let go of the GIL, so this thread writes on
-        meanwhile; the batches it writes until then wait in the log and the next chunk
-        replays them from the store (measured 2026-11-28; git history of docs/benchmarks.md). This
+        meanwhile; the documents of the batches it writes until then are held for the next
+        chunk (past FEED_HOLD_MAX they wait in the log, replayed from the store). This
         thread keeps the folder's lock (it is this thread's: `_exclusive`) and lets it go
-        once the commit is done (`_ended`)."""
-        ending = _Feed(thread=feed.thread, index=feed.index, writer=feed.writer, seq=feed.seq)
+        once the commit is done (`Feed.ended`)."""
+        ending = Feed(thread=feed.thread, index=feed.index, writer=feed.writer, seq=feed.seq)
         feed.writer = None
 
         def end() -> None:
@@ -522,28 +519,15 @@ class TextIndexSync:
         feed.ending = (thread, ending)
         thread.start()
 
-    @staticmethod
-    def _ended(feed: _Feed, *, wait: bool) -> None:
-        """Once the chunk committing on its thread is done (waited for with `wait`), let the
-        folder's lock go; a chunk that failed to commit stops the feed (the log replays)."""
-        if feed.ending is None:
-            return
-        thread, ending = feed.ending
-        if not wait and thread.is_alive():
-            return
-        thread.join()
-        feed.ending = None
-        feed.failed = feed.failed or ending.failed
-        _release_lock(feed)
-
-    def _drop_chunk(self, feed: _Feed) -> None:
+    def _drop_chunk(self, feed: Feed) -> None:
         """Abandon the chunk's uncommitted documents (the log still holds their changes)."""
+        feed.unhold()
         writer, feed.writer = feed.writer, None
         if writer is not None:
             with contextlib.suppress(Exception):
                 writer.rollback()
             del writer
-        _release_lock(feed)
+        feed.release_lock()
 
     def rebuild(self) -> TextIndex:
         """A new index from every item, published when complete (call under the file lock)."""
