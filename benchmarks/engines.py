@@ -77,8 +77,11 @@ class BareVectors:
     @property
     def what(self) -> str:
         found = None if self.base is None else self.base.first_pass
-        return {"graph": "HNSW f16", "codes": f"one-bit codes, rescoring {getattr(self.base, 'rescore', 0)}"
-                }.get(found or "", "flat, exact")
+        celled = getattr(self.base, "cells", None) is not None
+        scanned = getattr(self.base, "budget", None) if celled else None
+        codes = f"one-bit codes, {'' if scanned is None else f'scanning {scanned} rows in cells, '}" \
+                f"rescoring {getattr(self.base, 'rescore', 0)}"
+        return {"graph": "HNSW f16", "codes": codes}.get(found or "", "flat, exact")
 
     def search(self, q: np.ndarray[Any, Any], limit: int) -> list[int]:
         if self.base is None:

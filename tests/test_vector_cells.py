@@ -163,6 +163,7 @@ def test_a_store_on_cells_answers_exactly_scored_with_filters(tmp_path: Path) ->
     base, _ = kb.backend._vectors.view(DIM)
     assert base is not None and base.cells is not None and report["first_pass"] == "codes"
     assert base.budget is not None and base.budget < len(m)  # the cells pruned
+    assert report["codes_scanned"] == base.budget
     stored = np.stack([codec_stored(v) for v in m])
     recalls, in_b = [], []
     for q in queries_near(m, 40, 7):

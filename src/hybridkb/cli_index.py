@@ -212,8 +212,10 @@ def optimize(ctx: Context) -> None:
         if "vectors" in report:
             shape = {
                 "graph": f"HNSW graph, recall@10 {report['graph_recall']} at ef {report['graph_ef']}",
-                "codes": f"one-bit codes, recall@10 {report['codes_recall']} rescoring "
-                         f"{report['codes_rescore']} rows",
+                "codes": f"one-bit codes, recall@10 {report['codes_recall']} "
+                         + (f"scanning {report['codes_scanned']} rows of the nearest cells and "
+                            if report.get("codes_scanned") else "")
+                         + f"rescoring {report['codes_rescore']} rows",
             }.get(report["first_pass"], "exact scan")
             if report["graph"] and report["first_pass"] != "graph":
                 shape += f" (the graph measured recall@10 {report['graph_recall']})"

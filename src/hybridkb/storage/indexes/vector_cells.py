@@ -161,14 +161,33 @@ def _spans(cells: Cells, chosen: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]
     return out
 
 
+def _best(cells: Cells, query: Any, budget: int, kept: npt.NDArray[np.int64] | None
+          ) -> npt.NDArray[np.int64]:
+    """The best cells until `budget` rows (of those `kept` counts per cell) are in."""
+    order = ranked(cells, query)
+    counts = (cells.sizes if kept is None else kept)[order]
+    upto = int(np.searchsorted(np.cumsum(counts), budget)) + 1
+    return order[:upto]
+
+
 def probed(cells: Cells, query: Any, budget: int, kept: npt.NDArray[np.int64] | None = None
            ) -> npt.NDArray[np.int64]:
     """Code positions of the best cells until `budget` rows (of those `kept` counts per cell)
     are in."""
-    order = ranked(cells, query)
-    counts = (cells.sizes if kept is None else kept)[order]
-    upto = int(np.searchsorted(np.cumsum(counts), budget)) + 1
-    return _spans(cells, order[:upto])
+    return _spans(cells, _best(cells, query, budget, kept))
+
+
+def _runs(cells: Cells, chosen: npt.NDArray[np.int64]) -> list[tuple[int, int]]:
+    """The chosen cells' code ranges in cell order, neighbours merged: ~160 runs for 225
+    cells at 1M (the cells of one coarse centroid are numbered together)."""
+    picked = np.sort(chosen)
+    runs: list[tuple[int, int]] = []
+    for start, stop in zip(cells.offsets[picked].tolist(), cells.offsets[picked + 1].tolist(), strict=True):
+        if runs and runs[-1][1] == start:
+            runs[-1] = (runs[-1][0], stop)
+        elif stop > start:
+            runs.append((start, stop))
+    return runs
 
 
 def candidates(cells: Cells, codes: Words, center: npt.NDArray[np.float32], query: Any,
@@ -181,21 +200,26 @@ def candidates(cells: Cells, codes: Words, center: npt.NDArray[np.float32], quer
     code = vector_codes.encode(query, center)
     if budget >= len(cells):
         dist = vector_codes.distances(codes, code)
-        where = None
-        allowed = None if mask is None else mask[cells.order]
+        rows: Any = cells.order
     else:
-        where = probed(cells, query, budget, kept)
-        words = code.reshape(-1)
-        dist = np.zeros(len(where), dtype=np.uint16)
-        for j in range(len(codes)):
-            dist += np.bitwise_count(codes[j, where] ^ words[j])
-        allowed = None if mask is None else mask[cells.order[where]]
-    if allowed is not None:
+        # the runs' codes copied whole, then one XOR and count over them: 0.8 against
+        # 1.4 ms of CPU for 65,536 rows gathered word by word by position
+        runs = _runs(cells, _best(cells, query, budget, kept))
+        if not runs:
+            return np.zeros(0, dtype=np.int64)
+        block = np.concatenate([codes[:, a:b] for a, b in runs], axis=1)
+        np.bitwise_xor(block, code.reshape(-1)[:, None], out=block)
+        ones = np.bitwise_count(block)
+        dist = ones[0].astype(np.uint16)
+        for j in range(1, len(ones)):
+            dist += ones[j]
+        rows = np.concatenate([cells.order[a:b] for a, b in runs])
+    if mask is not None:
+        allowed = mask[rows]
         dist |= (~allowed).astype(np.uint16) * FAR
         rescore = min(rescore, int(np.count_nonzero(allowed)))
     picks = vector_codes.closest(dist, rescore)
-    at = picks if where is None else where[picks]
-    out: Positions = np.sort(cells.order[at].astype(np.int64))
+    out: Positions = np.sort(rows[picks].astype(np.int64))
     return out
 
 

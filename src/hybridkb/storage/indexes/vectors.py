@@ -441,6 +441,9 @@ class VectorIndexSync:
                     graph_recall=None if base is None else base.recall,
                     graph_ef=None if base is None or base.ann is None else base.ef,
                     codes_rescore=None if base is None else base.rescore,
+                    # rows of the nearest cells a query scans (None: every row)
+                    codes_scanned=None if base is None or base.cells is None or base.budget is None
+                    or base.budget >= len(base) else base.budget,
                     codes_recall=None if base is None else base.codes_recall,
                     first_pass=None if base is None else base.first_pass,
                     measured_on_asked=0 if base is None else base.asked,
