@@ -134,8 +134,9 @@ def test_writes_of_another_handle_between_batches_are_taken_in(
 
         kb.add_many(items(700), batch_size=64, progress=meanwhile)
         text = kb.backend._text
-        # every change but the last interloper's (one insert, after the last batch) is indexed
-        assert text.disk_seq() == log_head(kb) - 1
+        # every change but the last interloper's (one insert, after the last batch) is indexed;
+        # with slow commits the other handle's background commit may have taken that one too
+        assert text.disk_seq() in ((log_head(kb) - 1, log_head(kb)) if slow_commits else (log_head(kb) - 1,))
         rowids = {int(r[0]) for r in kb.backend._read("SELECT rowid FROM items")}
         assert set(text.current().all_rowids()) == rowids
         for n, item_id in enumerate(written):
