@@ -335,7 +335,8 @@ def test_a_full_disk_is_named_and_nothing_is_half_written(tmp_path: Path) -> Non
     # The store's own connection is the one capped: max_page_count holds per connection.
     conn = kb.backend._conn  # type: ignore[attr-defined]
     conn.execute(f"PRAGMA max_page_count = {conn.execute('PRAGMA page_count').fetchone()[0]}")
-    batch = [{"text": f"filler {n} " + f"fill{n} " * 300, "id": f"f{n}"} for n in range(20)]
+    # incompressible: a batch of repeated words packs into the pages' free room
+    batch = [{"text": f"filler {n} fill{n} " + os.urandom(3000).hex(), "id": f"f{n}"} for n in range(20)]
     with pytest.raises(hybridkb.StoreError, match=r"^disk full: ") as info:
         kb.add_many(batch)
     assert "no transaction is active" not in str(info.value)

@@ -212,3 +212,38 @@ def test_a_new_store_has_8k_pages_and_an_old_one_keeps_its_own(tmp_path: Path) -
         kb.add_many(_items(5))
         assert kb.count() == 5 and kb.check()["ok"]
     assert _rows(old, "PRAGMA page_size") == [(4096,)]
+
+
+def test_hashes_are_kept_as_bytes_and_a_store_of_hex_hashes_is_moved(tmp_path: Path) -> None:
+    """Migration 014: content and embedded hashes from 32 hex digits to their 16 bytes, in
+    one transaction, logging no change; the store then reads and writes as before."""
+    path, items = tmp_path / "kb.db", _items(30)
+    with hybridkb.open(path, embedder=HashingEmbedder(DIM)) as kb:
+        kb.add_many(items)
+        kb.add_many([{"id": "plain", "text": "no vector yet"}], embed="defer")
+        before = [h.id for h in kb.search("item 3 topic", mode="vector", limit=5).hits]
+    hashes = _rows(path, "SELECT id, content_hash, embedded_hash FROM items ORDER BY rowid")
+    assert all(isinstance(c, bytes) and len(c) == 16 for _, c, _ in hashes)
+    assert [e for i, _, e in hashes if i == "plain"] == [None]
+    assert all(e == c for i, c, e in hashes if i != "plain")
+    with closing(driver.connect(str(path), timeout=5)) as conn:  # as the version before wrote it
+        conn.execute("BEGIN IMMEDIATE")
+        trigger = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'items_log_vector'").fetchone()[0]
+        conn.execute("DROP TRIGGER items_log_vector")  # as the old writes did: no log rows
+        conn.executemany("UPDATE items SET content_hash = ?, embedded_hash = ? WHERE id = ?",
+                         [(c.hex(), None if e is None else e.hex(), i) for i, c, e in hashes])
+        conn.execute(trigger)
+        conn.execute("DELETE FROM schema_migrations WHERE name = '014_binary_hashes'")
+        conn.execute("COMMIT")
+    assert isinstance(_rows(path, "SELECT content_hash FROM items LIMIT 1")[0][0], str)
+    log = _rows(path, "SELECT max(seq) FROM changes")
+    with hybridkb.open(path, embedder=HashingEmbedder(DIM)) as kb:
+        assert _rows(path, "SELECT max(seq) FROM changes") == log  # nothing for the indexes to redo
+        assert _rows(path, "SELECT id, content_hash, embedded_hash FROM items ORDER BY rowid") == hashes
+        assert [h.id for h in kb.search("item 3 topic", mode="vector", limit=5).hits] == before
+        assert kb.check()["ok"]
+        kb.add_many([dict(items[0], text="item 0 rewritten")], replace=True)  # its new vector given
+        kb.add_many([{"id": "i1", "text": items[1]["text"]}], replace=True, embed="defer")  # same text
+        assert kb.embed_pending() == 1  # "plain" only: i1 kept its vector (same content hash)
+        assert kb.backend.ids_missing_vectors(10) == []
+    assert "014_binary_hashes" in {r[0] for r in _rows(path, "SELECT name FROM schema_migrations")}

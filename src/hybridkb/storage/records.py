@@ -71,11 +71,12 @@ def set_meta_sql(mark: str) -> str:
 _metadata_json = json.JSONEncoder(ensure_ascii=False, sort_keys=True).encode
 
 
-def write_values(item: Item, content_hash: str, *, with_vector: bool,
+def write_values(item: Item, content_hash: str | bytes, *, with_vector: bool,
                  print_: int | None = None, text: str | bytes | None = None) -> tuple[Any, ...]:
     """The WRITE_COLUMNS values of an item (metadata as JSON text); `print_` is its text's
     word print when already computed (print_worker.py); `text` the value the dialect stores
-    for its text (SQLite's textcodec.pack), when not the text itself."""
+    for its text (SQLite's textcodec.pack), when not the text itself; `content_hash` as the
+    dialect stores it (SQLite: its 16 bytes, tables.hash_blob)."""
     return (
         item.id, item.corpus, item.title, item.text if text is None else text, item.kind,
         item.scope, item.repo, item.namespace, item.source_url,

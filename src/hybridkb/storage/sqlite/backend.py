@@ -42,6 +42,7 @@ from .tables import SET_META as _SET_META
 from .tables import Tables as _Tables
 from .tables import chunks as _chunks
 from .tables import create_vectors as _create_vectors
+from .tables import hash_blob, hash_text
 from .tables import marks as _marks
 from .writes import write_rows
 
@@ -249,8 +250,7 @@ class SQLiteBackend:
     ) -> None:
         dim = records.pending_dim(self.get_meta(META_PENDING_VECTOR_DIM))
         codec.check_dims(zip(ids, vectors, strict=True), dim, holder="the new model has")
-        rows = [(item_id, codec.to_stored_blob(vec), chash)
-                for item_id, vec, chash in zip(ids, vectors, content_hashes, strict=True)]
+        rows = list(zip(ids, map(codec.to_stored_blob, vectors), map(hash_blob, content_hashes), strict=True))
         with self._write() as conn:
             conn.executemany(
                 "INSERT INTO vec_items_pending (id, embedding, content_hash) VALUES (?, ?, ?) "
@@ -335,8 +335,8 @@ class SQLiteBackend:
         with self._write() as conn:
             for item_id, vec, chash in zip(ids, vectors, content_hashes, strict=True):
                 row = conn.execute(
-                    "UPDATE items SET embedded_hash = ? WHERE id = ? AND content_hash = ? "
-                    "RETURNING rowid, corpus, expires_at, stale", (chash, item_id, chash)).fetchone()
+                    "UPDATE items SET embedded_hash = ?1 WHERE id = ?2 AND content_hash = ?1 "
+                    "RETURNING rowid, corpus, expires_at, stale", (hash_blob(chash), item_id)).fetchone()
                 if row is None:
                     continue
                 rowid = row[0]
@@ -411,7 +411,7 @@ class SQLiteBackend:
     def embedded_hashes(self, ids: Sequence[str]) -> dict[str, str]:
         out: dict[str, str] = {}
         for chunk in _chunks(list(ids)):
-            out.update((r[0], r[1]) for r in self._read(
+            out.update((r[0], hash_text(r[1])) for r in self._read(
                 f"SELECT id, embedded_hash FROM items WHERE embedded_hash IS NOT NULL "
                 f"AND id IN ({_marks(len(chunk))})", chunk))
         return out

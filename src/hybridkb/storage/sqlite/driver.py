@@ -153,7 +153,8 @@ def integrity_error() -> type[Exception]:
 _PYTHON_STEPS: dict[str, Callable[[Any], object]] = {"009_plain_vectors": tables.plain_vectors,
                                                       "011_half_vectors": tables.half_vectors,
                                                       "012_packed_text": tables.pack_texts,
-                                                      "013_int8_vectors": tables.int8_vectors}
+                                                      "013_int8_vectors": tables.int8_vectors,
+                                                      "014_binary_hashes": tables.binary_hashes}
 
 
 def migrate(conn: Any) -> str | None:

@@ -17,6 +17,17 @@ CREATE_PENDING = (
 MAX_VARS = 500  # bound parameters per statement: under SQLITE_MAX_VARIABLE_NUMBER on old builds
 
 
+def hash_blob(content_hash: str) -> bytes:
+    """A content hash (embedding.content_hash: 32 hex digits) as SQLite keeps it since
+    migration 014: its 16 bytes, half the text's (1M items: 32 MB of the items table)."""
+    return bytes.fromhex(content_hash)
+
+
+def hash_text(value: Any) -> str:
+    """A stored content hash as the hex text the rest of the code compares."""
+    return value.hex() if isinstance(value, bytes) else str(value)
+
+
 def marks(n: int) -> str:
     return ",".join("?" * n)
 
@@ -113,6 +124,49 @@ def _convert_vectors(conn: Any, width: int, new_width: int | None,
 def _dimension(conn: Any) -> int | None:
     row = conn.execute("SELECT value FROM meta WHERE key = ?", (records.META_VECTOR_DIM,)).fetchone()
     return int(row[0]) if row is not None and str(row[0]).isdigit() else None
+
+
+def binary_hashes(conn: Any, batch: int = 20_000) -> int:
+    """Migration 014, inside the caller's transaction: the items' `content_hash` and
+    `embedded_hash` (and a re-embedding's pending hashes) from hex text to their bytes
+    (hash_blob). The change log's vector trigger is held off meanwhile (no vector changes):
+    it is dropped and made again from its own SQL. Returns how many rows changed; when
+    any, `optimize` VACUUMs the file (the rows shrank in place)."""
+    trigger = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'items_log_vector'").fetchone()
+    if trigger is not None:
+        conn.execute("DROP TRIGGER items_log_vector")
+    changed, last = 0, 0
+    while rows := conn.execute(
+            "SELECT rowid, content_hash, embedded_hash FROM items WHERE rowid > ? "
+            "ORDER BY rowid LIMIT ?", (last, batch)).fetchall():
+        updates = [(_unhexed(c), _unhexed(e), r) for r, c, e in rows
+                   if isinstance(c, str) or isinstance(e, str)]
+        conn.executemany("UPDATE items SET content_hash = ?, embedded_hash = ? WHERE rowid = ?",
+                         updates)
+        changed += len(updates)
+        last = int(rows[-1][0])
+    if trigger is not None:
+        conn.execute(str(trigger[0]))
+    pending = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'vec_items_pending'").fetchone()
+    if pending is not None:
+        conn.executemany("UPDATE vec_items_pending SET content_hash = ? WHERE id = ?",
+                         [(_unhexed(h), i) for i, h in
+                          conn.execute("SELECT id, content_hash FROM vec_items_pending").fetchall()])
+    if changed:
+        conn.execute(SET_META, ("vacuum_due", "1"))
+    return changed
+
+
+def _unhexed(value: Any) -> Any:
+    """A hex hash as its bytes; anything else (NULL, already bytes, not hex) as it is."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        return value
 
 
 def pack_texts(conn: Any, batch: int = 5_000) -> int:

@@ -22,7 +22,7 @@ from ..contract import Vector
 from ..indexes.text_schema import TextDoc
 from ..textcodec import pack_many
 from .changes import DOC_COLUMNS, doc_of_item, text_doc
-from .tables import chunks, marks
+from .tables import chunks, hash_blob, marks
 
 _COLUMNS = ", ".join(records.WRITE_COLUMNS)
 _ROW_MARKS = f"(?, {marks(len(records.WRITE_COLUMNS))})"
@@ -44,7 +44,8 @@ def write_rows(conn: Any, items: Sequence[Item], vectors: Sequence[Vector | None
     vector_rows: list[int] = []  # the rowids of `given`
     dropped: list[int] = []
     docs: list[TextDoc] = []
-    values = [records.write_values(item, chash, with_vector=vec is not None, print_=p, text=text)
+    values = [records.write_values(item, hash_blob(chash), with_vector=vec is not None, print_=p,
+                                   text=text)
               for item, vec, chash, p, text in zip(
                   items, vectors, content_hashes, records.given_prints(prints, len(items)),
                   pack_many([item.text for item in items]), strict=True)]
