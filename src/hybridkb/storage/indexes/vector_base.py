@@ -306,8 +306,8 @@ class VectorBase:
         the rows `counted` keeps (a filter's whole-base mask, kept across searches: masked())."""
         if self.codes is None or self.center is None or self.rescore is None:
             return self.exact(query, None if mask is None else np.flatnonzero(mask))
-        if self.cells is not None and self.budget is not None:
-            budget, rescore = vector_cells.effort(self.budget, self.rescore, count)
+        if self.cells is not None:  # its codes are in cell order: never the base-order scan
+            budget, rescore = vector_cells.effort(self.budget or len(self), self.rescore, count)
             kept = None if counted is None else self._kept_by(counted)
             picks, scores = vector_cells.search(self.cells, self.codes, self.center, self.matrix,
                                                 query, budget, rescore, mask, kept)
