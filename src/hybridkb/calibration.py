@@ -215,7 +215,14 @@ class _Tokens:
     def found_in(self, words: bytes) -> bool:
         if self._pattern is not None:
             return self._pattern.search(words) is not None
-        return next(self.ends(words), -1) >= 0
+        prefix = self._prefix or b""
+        at = words.find(prefix)
+        while at >= 0:
+            end = words.index(b" ", at + 1)
+            if words[at + 1 : end] in self.tokens:
+                return True
+            at = words.find(prefix, end)
+        return False
 
     def ends(self, words: bytes) -> Iterator[int]:
         """Where each of the tokens in `words` ends (the index of the space after it)."""

@@ -153,7 +153,8 @@ class _Judge:
         self.kind = calibration.kind_of("fts" in lists or "substring" in lists, "vector" in lists)
         self.bounds = {name: calibration.dbsf_bounds(s for _, s in scored)
                        for name, scored in lists.items() if scored}
-        self.scores = {name: {d: s for d, s in reversed(scored)} for name, scored in lists.items()}
+        # an id listed twice keeps its first (best) score: later pairs overwrite earlier ones
+        self.scores = {name: dict(reversed(scored)) for name, scored in lists.items()}
         vec = lists.get("vector") or []
         self.floor = vec[-1][1] if vec else None  # a cosine below the list's last, at most this
         self._known: dict[Key, tuple[Evidence, float]] = {}
