@@ -61,6 +61,8 @@ def test_item_vectors_are_stored_as_int8_and_a_scale_on_both_dialects() -> None:
     half = codec.half_from_f32_blob(codec.to_blob(vec))
     assert half == vec.astype("<f2").tobytes()
     assert codec.stored_from_half_blob(half) == codec.to_stored_blob(vec.astype(np.float16))
+    assert codec.stored_from_half_blobs([half, half[:4]]) == [codec.stored_from_half_blob(half),
+                                                             codec.stored_from_half_blob(half[:4])]
     with pytest.raises(StoreError, match="expected 8"):
         codec.matrix_from_stored_blobs([blob[:-1]], 4)
 

@@ -190,10 +190,10 @@ def test_a_failed_int8_migration_leaves_the_float16_table(tmp_path: Path, monkey
     half = _half(_vectors(path))
     _rewrite(path, half, 2, ("013_int8_vectors",))
 
-    def broken(blob: bytes) -> bytes:
+    def broken(blobs: list[bytes]) -> list[bytes]:
         raise RuntimeError("disk went away")
 
-    monkeypatch.setattr(codec, "stored_from_half_blob", broken)
+    monkeypatch.setattr(codec, "stored_from_half_blobs", broken)
     with pytest.raises(Exception, match="disk went away"):
         hybridkb.open(path, embedder=HashingEmbedder(DIM))
     assert _vectors(path) == dict(half) and f"= {2 * DIM}" in _table_sql(path)

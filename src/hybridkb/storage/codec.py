@@ -189,7 +189,18 @@ def matrix_from_stored_blobs(blobs: Sequence[bytes], dim: int) -> npt.NDArray[np
 
 def stored_from_half_blob(blob: bytes) -> bytes:
     """A float16 item blob (stores from migration 011 to 013) in the stored layout."""
-    return to_stored_blob(np.frombuffer(blob, dtype=_HALF_DTYPE).astype(DTYPE))
+    return stored_from_half_blobs([blob])[0]
+
+
+def stored_from_half_blobs(blobs: Sequence[bytes]) -> list[bytes]:
+    """`stored_from_half_blob` of each, converted in one go where they are of one size (a
+    pending re-embedding's may differ from the store's)."""
+    if not blobs:
+        return []
+    if len({len(b) for b in blobs}) > 1:
+        return [stored_from_half_blob(b) for b in blobs]
+    half = np.frombuffer(b"".join(blobs), dtype=_HALF_DTYPE).reshape(len(blobs), -1)
+    return _blobs(*quantize(half.astype(DTYPE)))
 
 
 def half_from_f32_blob(blob: bytes) -> bytes:

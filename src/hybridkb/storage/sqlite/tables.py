@@ -74,7 +74,7 @@ def half_vectors(conn: Any, batch: int = 20_000) -> bool:
     one of float16 blobs with the same rowids, and vectors waiting in a re-embedding's
     pending table are converted too (migration 013 then makes them the stored layout).
     Returns whether there was one to move."""
-    return _convert_vectors(conn, 4, 2, codec.half_from_f32_blob, batch)
+    return _convert_vectors(conn, 4, 2, lambda blobs: [codec.half_from_f32_blob(b) for b in blobs], batch)
 
 
 def int8_vectors(conn: Any, batch: int = 20_000) -> bool:
@@ -84,14 +84,14 @@ def int8_vectors(conn: Any, batch: int = 20_000) -> bool:
     base built from the float16 values holds the same codes and only orders rows (the exact
     pass reads this table): it stays. Returns whether there was one to move; when so,
     `optimize` VACUUMs the file."""
-    moved = _convert_vectors(conn, 2, None, codec.stored_from_half_blob, batch)
+    moved = _convert_vectors(conn, 2, None, codec.stored_from_half_blobs, batch)
     if moved:
         conn.execute(SET_META, ("vacuum_due", "1"))
     return moved
 
 
 def _convert_vectors(conn: Any, width: int, new_width: int | None,
-                     convert: Callable[[bytes], bytes], batch: int) -> bool:
+                     convert: Callable[[list[bytes]], list[bytes]], batch: int) -> bool:
     """The vector table (and pending vectors) rewritten from blobs of `width` bytes a
     component to `convert`'s (`new_width` bytes a component; None: the stored layout),
     when the table's checked length and the store's dimension say it holds the old ones."""
@@ -108,7 +108,7 @@ def _convert_vectors(conn: Any, width: int, new_width: int | None,
         while rows := conn.execute("SELECT rowid, embedding FROM vec_items WHERE rowid > ? "
                                    "ORDER BY rowid LIMIT ?", (last, batch)).fetchall():
             conn.executemany("INSERT INTO vec_items_new (rowid, embedding) VALUES (?, ?)",
-                             [(r, convert(b)) for r, b in rows])
+                             zip([r for r, _ in rows], convert([b for _, b in rows]), strict=True))
             last = int(rows[-1][0])
         conn.execute("DROP TABLE vec_items")
         conn.execute("ALTER TABLE vec_items_new RENAME TO vec_items")
@@ -117,7 +117,7 @@ def _convert_vectors(conn: Any, width: int, new_width: int | None,
     if pending is not None:
         rows = conn.execute("SELECT id, embedding FROM vec_items_pending").fetchall()
         conn.executemany("UPDATE vec_items_pending SET embedding = ? WHERE id = ?",
-                         [(convert(b), i) for i, b in rows])  # all written by the version before
+                         zip(convert([b for _, b in rows]), [i for i, _ in rows], strict=True))
     return old
 
 
