@@ -43,6 +43,9 @@ from .textquery import cjk_expand
 _WORD = re.compile(r"[^\W_]+")  # letters and digits: the split of the full-text query
 _ODD = re.compile(rb"[\x80-\xff][^ ]*")  # a piece's part from its first non-ASCII byte
 _NEXT = re.compile(rb" +([^ ]+)")  # the next token in a `spaced` text
+# Up to this many query words, Coverage finds each in a text; past it, it splits the text
+# once (1.5 KB texts: 12 words 15 against 21 µs, 16 even, 32 words 38 against 22).
+_FIND_WORDS = 16
 _SUFFIXES = ("ing", "ed", "es", "s")
 _ENDINGS = ("s", "es", "ed", "ing", "e", "ly")
 # ASCII letters lowercased, other ASCII but digits to spaces; UTF-8's bytes past ASCII kept.
@@ -178,7 +181,11 @@ class Coverage:
         if not self._count:
             return 0.0
         words = spaced(text)
-        has = {w: tokens.found_in(words) for w, tokens in self._words.items()}
+        if len(self._words) <= _FIND_WORDS:
+            has = {w: tokens.found_in(words) for w, tokens in self._words.items()}
+        else:  # a long query: one split of the text beats a scan per word
+            present = frozenset(words.split())
+            has = {w: not present.isdisjoint(tokens.tokens) for w, tokens in self._words.items()}
         found = 0
         for term in self._terms:
             if all(has[w] for w in term) and (len(term) == 1 or _holds_run(words, self._runs[term])):
