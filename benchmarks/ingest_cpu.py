@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import hybridkb
-from hybridkb import store as store_module
+from hybridkb import item_input
 from hybridkb.embedding import get_embedder
 from hybridkb.evaluation.cache import EmbeddingCache
 from hybridkb.storage import records
@@ -48,8 +48,7 @@ def _timed(name: str, fn: Any) -> Any:
 def _instrument() -> None:
     """Stages: item checks, the SQLite rows (write_rows, of which write_values), the text
     index's documents (feed, of which replays of batches left in the log)."""
-    store_module.KnowledgeBase._prepare = _timed(  # type: ignore[method-assign]
-        "prepare", store_module.KnowledgeBase._prepare)
+    item_input.prepare = _timed("prepare", item_input.prepare)  # type: ignore[attr-defined]
     backend.write_rows = _timed("write_rows", backend.write_rows)  # type: ignore[attr-defined]
     writes.records.write_values = _timed("write_values", records.write_values)  # type: ignore[attr-defined]
     sync.TextIndexSync.feed = _timed("feed", sync.TextIndexSync.feed)  # type: ignore[method-assign]
