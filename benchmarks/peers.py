@@ -154,10 +154,12 @@ def measure(workdir: Path, kb: Any, texts: Sequence[str], vectors: np.ndarray[An
             our_vector: Callable[[np.ndarray[Any, Any]], list[int]],
             *, limit: int, warmup: int, hybridkb_ingest_s: float, hybridkb_first_fts_s: float,
             hybridkb_bytes: int, names: Sequence[str] | None = None,
-            log: Callable[[str], None] = print) -> dict[str, Any]:
+            stored_exact: Any = None, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Build each installed peer, then time every engine's searches query by query.
     `our_vector(q)`: hybridkb's vector index's top `limit` as item positions (the peers'
-    keys), for its recall (the pipeline's collapse of near-duplicates aside)."""
+    keys), for its recall (the pipeline's collapse of near-duplicates aside).
+    `stored_exact`: the exact search over the values hybridkb stores (int8 and a scale a
+    row), for its second reading: what its index finds of its own exact answer."""
     n = len(texts)
     out: dict[str, Any] = {"hybridkb": {"ingest_s": round(hybridkb_ingest_s, 3),
                                         "items_per_s": round(n / hybridkb_ingest_s, 1),
@@ -190,7 +192,11 @@ def measure(workdir: Path, kb: Any, texts: Sequence[str], vectors: np.ndarray[An
     def ours(text: str, qv: np.ndarray[Any, Any], want: set[int]) -> None:
         timed("hybridkb fts", lambda: kb.search(text, mode="fts", limit=limit))
         timed("hybridkb vector", lambda: kb.search(text, mode="vector", limit=limit))
-        recall.setdefault("hybridkb", []).append(len(set(our_vector(qv)) & want) / max(1, len(want)))
+        got = set(our_vector(qv))
+        recall.setdefault("hybridkb", []).append(len(got & want) / max(1, len(want)))
+        if stored_exact is not None:
+            own = set(stored_exact.search(qv, limit))
+            recall.setdefault("hybridkb stored", []).append(len(got & own) / max(1, len(own)))
         timed("hybridkb hybrid", lambda: kb.search(text, limit=limit))
 
     def theirs(name: str, peer: Any, text: str, qv: np.ndarray[Any, Any], want: set[int]) -> None:
@@ -219,7 +225,9 @@ def measure(workdir: Path, kb: Any, texts: Sequence[str], vectors: np.ndarray[An
         engine, mode = key.rsplit(" ", 1)
         out[engine][mode] = stats(values)
     for engine, values in recall.items():
-        out[engine]["vector_recall@10"] = round(float(np.mean(values)), 4)
+        name, _, stored = engine.partition(" ")
+        key = "vector_recall@10_of_stored" if stored else "vector_recall@10"
+        out[name][key] = round(float(np.mean(values)), 4)
     for _, peer in peers:
         peer.close()
     out["queries"] = len(pairs)

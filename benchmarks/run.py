@@ -205,7 +205,7 @@ def run_size(options: Options, data: BenchData, model: Embedder, n: int, log: Lo
                 lambda q: [positions[r] for r, _ in kb.backend.vector_search(q, area, options.limit)],
                 limit=options.limit, warmup=options.warmup, hybridkb_ingest_s=ingest_s,
                 hybridkb_first_fts_s=text_ready_s, hybridkb_bytes=out["size"]["footprint_bytes"],
-                names=chosen, log=log)
+                names=chosen, stored_exact=NumpyExact(stored_matrix(vectors)), log=log)
         log("searches right after a write (an agent's remember, then recall)")
         out["after_write"] = _after_write(options, kb, data)
         if options.whatif:
@@ -483,6 +483,14 @@ def _vec0(options: Options, store: Path, vec0: Path, data: BenchData, exact: Num
     return {"k": k, **s, "baseline": "numpy", "baseline_p50_ms": b["p50_ms"],
             "ratio": ratios(s, b), "recall_vs_numpy": round(float(np.mean(overlap)), 4),
             "sql": VEC0_KNN}
+
+
+def stored_matrix(vectors: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """The values the store keeps for `vectors` (codec.stored_rows), 65,536 rows at a time."""
+    out = np.empty(vectors.shape, dtype=np.float32)
+    for start in range(0, len(vectors), 65_536):
+        out[start:start + 65_536] = codec.stored_rows(vectors[start:start + 65_536])
+    return out
 
 
 def _rowids(conn: Any, ids: Sequence[str]) -> list[int]:
