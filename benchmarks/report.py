@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 BEGIN = "<!-- speed:begin (written by python -m benchmarks) -->"
