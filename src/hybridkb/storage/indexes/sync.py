@@ -365,7 +365,7 @@ class TextIndexSync:
                 feed.ended(wait=True)
                 if not feed.failed and feed.behind > feed.seq:  # the load's last batches
                     if feed.writer is None:
-                        self._begin_chunk(feed, feed.behind)
+                        self._begin_chunk(feed, feed.held[0][1] if feed.held else feed.behind)
                     self._take_held(feed)
                     self._replay(feed, feed.behind)
                 if feed.writer is not None and completed:
