@@ -1,15 +1,17 @@
 """A coded vector base keeps its rescoring matrix as int8 with a scale per row (vector_base.py,
 vector_math.quantize): a quarter of float32's size, the same bytes as the stored vectors
 (codec.py); its products order the candidates, and the best are scored again on the store's
-own vectors (vector_knn.knn), so a search returns the same hits and the same cosines as a
-float32 matrix of the stored values; a row deleted or changed after the build is scored as
-the store holds it now; damage to the int8 files is found."""
+own values (its rows where they are the stored bytes, else read back from the store:
+vector_knn.knn), so a search returns the same hits and the same cosines as a float32 matrix
+of the stored values; a row deleted or changed after the build is scored as the store
+holds it now; damage to the int8 files is found."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import time
+from dataclasses import replace as dc_replace
 from pathlib import Path
 
 import numpy as np
@@ -123,20 +125,29 @@ def test_rows_changed_after_the_build_are_scored_as_stored_now(tmp_path: Path) -
         kb.optimize()
         sync = kb.backend._vectors
         base = sync._base
-        assert base is not None and base.approximate
-        before = knn(base, VectorDelta(base.seq, base.seq), vectors[7], 3, wanted=EVERYTHING,
-                     source=sync.source)
+        assert base is not None and base.approximate and base.rows_stored
+        older = dc_replace(base, rows_stored=False)  # a format 5 base: its best reread from the store
+        empty = VectorDelta(base.seq, base.seq)
+        before = knn(base, empty, vectors[7], 3, wanted=EVERYTHING)  # no store needed
+        assert before == knn(older, empty, vectors[7], 3, wanted=EVERYTHING, source=sync.source)
         assert np.isclose(before[0][1], 1.0, atol=1e-3)
         moved = unit(1, 32, seed=9)[0]
         kb.delete("v7")
         kb.add_many([{"id": "v8", "text": "item 8", "vector": moved}], replace=True)
-        # the base as built, and a delta that has not seen the changes: the store answers
-        stale_delta = VectorDelta(base.seq, base.seq)
-        after = knn(base, stale_delta, vectors[7], 64, wanted=EVERYTHING, source=sync.source)
-        assert before[0][0] not in dict(after)  # deleted: skipped
-        # picked by their old values in the base: the deleted row is skipped, the changed
-        # one scored on its new value, an unchanged one on its own
+        # A search's delta holds the changes: the deleted row is gone, the changed one is
+        # scored on its new value, whichever way the base scores its own rows.
+        _, delta = sync.view(32)
         seven, eight, nine = (int(r) for r in base.rowids[7:10])
+        for b in (base, older):
+            after = dict(knn(b, delta, vectors[7], 64, wanted=EVERYTHING, source=sync.source))
+            assert seven not in after
+            assert dict(knn(b, delta, moved, 1, wanted=EVERYTHING, source=sync.source))[eight] \
+                == pytest.approx(1.0, abs=2e-3)
+        # A change after the search read its delta: an older base's reread sees it; a base
+        # holding the stored bytes answers as of that read (the hit's item read drops a
+        # deleted row).
+        stale = knn(older, empty, vectors[7], 64, wanted=EVERYTHING, source=sync.source)
+        assert before[0][0] not in dict(stale)
         again = dict(_rescored(sync.source, 32, vectors[8], [(seven, 1.0), (eight, 1.0), (nine, 0.5)], 3))
         now = kb.backend.vectors_for(["v8", "v9"])  # the stored values
         stored = np.stack([now["v8"], now["v9"]])
@@ -145,6 +156,7 @@ def test_rows_changed_after_the_build_are_scored_as_stored_now(tmp_path: Path) -
         assert again[eight] < 0.9
         assert kb.backend.vector_search(vectors[7], AREA, 3)[0][1] < 0.99  # the search agrees
         assert kb.backend.vector_search(moved, AREA, 1)[0] == (eight, pytest.approx(1.0, abs=2e-3))
+        assert "v7" not in kb.search("item", mode="vector", limit=50).ids
 
 
 @pytest.mark.parametrize("damaged", ["matrix.i8", vector_base.SCALES])

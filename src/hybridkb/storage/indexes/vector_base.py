@@ -153,6 +153,9 @@ class VectorBase:
     measurement: int = 0  # which measured-K.json overlays meta.json (0: none)
     stamps: verify.Stamps = ()  # the mapped files as opened (unchanged(): before searches)
     outdated: bool = False  # an older FORMAT: searched, and built again in the background
+    # Its int8 rows and scales are the stored vectors' own bytes (format 6 on: built from
+    # the int8 stored values, codec.quantize): knn scores its best rows on them, no reread.
+    rows_stored: bool = False
     _rechecked: float = 0.0
 
     @property
@@ -267,7 +270,8 @@ class VectorBase:
                    asked_through=int(meta.get("asked", {}).get("through", 0)),
                    measurement=measurement, first_pass=_first_pass(meta, graph=ann is not None and graph_ok,
                                           codes=codes is not None and rescore is not None),
-                   stamps=verify.stamps(folder, MAPPED), outdated=meta["format"] != FORMAT)
+                   stamps=verify.stamps(folder, MAPPED), outdated=meta["format"] != FORMAT,
+                   rows_stored=isinstance(matrix, ScaledRows) and meta["format"] >= 6)
 
     def unchanged(self) -> bool:
         """Whether the mapped files are the ones opened (looked at again at most every
