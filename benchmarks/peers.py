@@ -150,16 +150,19 @@ def available() -> list[str]:
 
 
 def measure(workdir: Path, kb: Any, texts: Sequence[str], vectors: np.ndarray[Any, Any],
-            queries: Sequence[str], query_vectors: np.ndarray[Any, Any], exact: Any,
+            queries: Sequence[str], query_vectors: np.ndarray[Any, Any], truth: Sequence[Sequence[int]],
             our_vector: Callable[[np.ndarray[Any, Any]], list[int]],
             *, limit: int, warmup: int, hybridkb_ingest_s: float, hybridkb_first_fts_s: float,
             hybridkb_bytes: int, names: Sequence[str] | None = None,
-            stored_exact: Any = None, log: Callable[[str], None] = print) -> dict[str, Any]:
+            stored_truth: Sequence[Sequence[int]] | None = None,
+            log: Callable[[str], None] = print) -> dict[str, Any]:
     """Build each installed peer, then time every engine's searches query by query.
     `our_vector(q)`: hybridkb's vector index's top `limit` as item positions (the peers'
-    keys), for its recall (the pipeline's collapse of near-duplicates aside).
-    `stored_exact`: the exact search over the values hybridkb stores (int8 and a scale a
-    row), for its second reading: what its index finds of its own exact answer."""
+    keys), for its recall (the pipeline's collapse of near-duplicates aside). `truth`: each
+    query's exact top `limit` over the vectors given (computed before, so the exact
+    matrix need not stay in memory beside the engines); `stored_truth`: the same over the
+    values hybridkb stores (int8 and a scale a row), for its second reading: what its
+    index finds of its own exact answer."""
     n = len(texts)
     out: dict[str, Any] = {"hybridkb": {"ingest_s": round(hybridkb_ingest_s, 3),
                                         "items_per_s": round(n / hybridkb_ingest_s, 1),
@@ -189,13 +192,12 @@ def measure(workdir: Path, kb: Any, texts: Sequence[str], vectors: np.ndarray[An
         times.setdefault(key, []).append(t)
         return got
 
-    def ours(text: str, qv: np.ndarray[Any, Any], want: set[int]) -> None:
+    def ours(text: str, qv: np.ndarray[Any, Any], want: set[int], own: set[int] | None) -> None:
         timed("hybridkb fts", lambda: kb.search(text, mode="fts", limit=limit))
         timed("hybridkb vector", lambda: kb.search(text, mode="vector", limit=limit))
         got = set(our_vector(qv))
         recall.setdefault("hybridkb", []).append(len(got & want) / max(1, len(want)))
-        if stored_exact is not None:
-            own = set(stored_exact.search(qv, limit))
+        if own is not None:
             recall.setdefault("hybridkb stored", []).append(len(got & own) / max(1, len(own)))
         timed("hybridkb hybrid", lambda: kb.search(text, limit=limit))
 
@@ -212,12 +214,13 @@ def measure(workdir: Path, kb: Any, texts: Sequence[str], vectors: np.ndarray[An
         times.clear()
         recall.clear()
         for i, (text, qv) in enumerate(selected):
-            want = set(exact.search(qv, limit))
+            want = set(truth[i])
+            own = None if stored_truth is None else set(stored_truth[i])
             engines: list[str | None] = [None] + [name for name, _ in peers]
             turn = i % len(engines)
             for engine in engines[turn:] + engines[:turn]:
                 if engine is None:
-                    ours(text, qv, want)
+                    ours(text, qv, want, own)
                 else:
                     theirs(engine, dict(peers)[engine], text, qv, want)
         log(f"  peers: {round_} round of {len(selected)} queries done")

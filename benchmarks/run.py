@@ -196,21 +196,25 @@ def run_size(options: Options, data: BenchData, model: Embedder, n: int, log: Lo
         log(f"queries: {len(data.queries)} per mode after {options.warmup} warm-up")
         out["latency"], floor = _latency(options, kb, embedder, data, bm25, exact, fts5, ids)
         chosen = [p for p in peers.available() if p in options.peers]
+        held: BM25Baseline | None = bm25 if options.whatif else None
+        del bm25  # the engines below run without the baseline's index in memory (1M: GBs)
         if chosen:
             log(f"peers in the same run: {', '.join(chosen)}")
             positions = {r: k for k, r in enumerate(_rowids(kb.backend._conn, ids))}
             area = SearchArea(None, Filters(), now_ts())
+            truth, stored_truth = _truths(vectors, data.query_vectors, exact, options.limit)
             out["peers"] = peers.measure(
-                options.workdir, kb, texts, vectors, data.queries, data.query_vectors, exact,
+                options.workdir, kb, texts, vectors, data.queries, data.query_vectors, truth,
                 lambda q: [positions[r] for r, _ in kb.backend.vector_search(q, area, options.limit)],
                 limit=options.limit, warmup=options.warmup, hybridkb_ingest_s=ingest_s,
                 hybridkb_first_fts_s=text_ready_s, hybridkb_bytes=out["size"]["footprint_bytes"],
-                names=chosen, stored_exact=NumpyExact(stored_matrix(vectors)), log=log)
+                names=chosen, stored_truth=stored_truth, log=log)
         log("searches right after a write (an agent's remember, then recall)")
         out["after_write"] = _after_write(options, kb, data)
         if options.whatif:
             log("what-if: faster dedup, in-memory BM25")
-            memory = whatif.MemoryBM25(_rowids(kb.backend._conn, ids), bm25)  # SQLite's keys
+            assert held is not None
+            memory = whatif.MemoryBM25(_rowids(kb.backend._conn, ids), held)  # SQLite's keys
             out["whatif"] = whatif.measure(kb, data.queries, floor, memory,
                                            limit=options.limit, warmup=options.warmup)
             out["whatif"]["vector_binary_prefilter"] = whatif.binary_prefilter(
@@ -483,6 +487,14 @@ def _vec0(options: Options, store: Path, vec0: Path, data: BenchData, exact: Num
     return {"k": k, **s, "baseline": "numpy", "baseline_p50_ms": b["p50_ms"],
             "ratio": ratios(s, b), "recall_vs_numpy": round(float(np.mean(overlap)), 4),
             "sql": VEC0_KNN}
+
+
+def _truths(vectors: np.ndarray[Any, Any], queries: np.ndarray[Any, Any], exact: NumpyExact,
+            k: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Each query's exact top k over the vectors given and over the values the store keeps,
+    computed before the peers run: the stored values' matrix (1.5 GB at 1M) is gone by then."""
+    stored = NumpyExact(stored_matrix(vectors))
+    return ([exact.search(q, k) for q in queries], [stored.search(q, k) for q in queries])
 
 
 def stored_matrix(vectors: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:

@@ -137,10 +137,13 @@ def test_the_peers_run_beside_the_store_in_one_loop(tmp_path: Path) -> None:
     with hybridkb.open(str(tmp_path / "kb.db"), embedder=model, sample_queries=False) as kb:
         kb.add_many([{"id": f"d{i}", "text": t, "vector": v} for i, (t, v) in
                      enumerate(zip(texts, vectors, strict=True))])
-        out = peers.measure(tmp_path, kb, texts, vectors, queries, query_vectors, NumpyExact(vectors),
+        truth = [NumpyExact(vectors).search(q, 10) for q in query_vectors]
+        stored = NumpyExact(stored_matrix(vectors))
+        out = peers.measure(tmp_path, kb, texts, vectors, queries, query_vectors, truth,
                             lambda q: [int(r) - 1 for r, _ in kb.backend.vector_search(q, area, 10)],
                             limit=10, warmup=2, hybridkb_ingest_s=1.0, hybridkb_first_fts_s=0.01,
-                            hybridkb_bytes=1, stored_exact=NumpyExact(stored_matrix(vectors)),
+                            hybridkb_bytes=1,
+                            stored_truth=[stored.search(q, 10) for q in query_vectors],
                             log=lambda _line: None)
     assert out["queries"] == 12 and out["hybridkb"]["hybrid"]["n"] == 12
     assert out["hybridkb"]["vector_recall@10"] >= 0.99  # rowid r is item r - 1: exact scans
