@@ -87,15 +87,7 @@ def _rewrite(path: Path, rows: list[tuple[int, bytes]], width: int, undone: tupl
 
 def _to_f32(path: Path) -> None:
     """Rewrite a store as hybridkb made it before migration 011: float32 blobs."""
-    rows = _f32(_vectors(path))
-    with closing(driver.connect(str(path), timeout=5)) as conn:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("DROP TABLE vec_items")
-        conn.execute("CREATE TABLE vec_items (rowid INTEGER PRIMARY KEY, "
-                     f"embedding BLOB NOT NULL CHECK (length(embedding) = {4 * DIM}))")
-        conn.executemany("INSERT INTO vec_items (rowid, embedding) VALUES (?, ?)", rows)
-        conn.execute("DELETE FROM schema_migrations WHERE name IN ('011_half_vectors', '013_int8_vectors')")
-        conn.execute("COMMIT")
+    _rewrite(path, _f32(_vectors(path)), 4, ("011_half_vectors", "013_int8_vectors"))
 
 
 def _to_vec0(path: Path) -> None:

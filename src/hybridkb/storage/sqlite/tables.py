@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from .. import codec, records, textcodec
@@ -132,22 +133,17 @@ def binary_hashes(conn: Any, batch: int = 20_000) -> int:
     (hash_blob). The change log's vector trigger is held off meanwhile (no vector changes):
     it is dropped and made again from its own SQL. Returns how many rows changed; when
     any, `optimize` VACUUMs the file (the rows shrank in place)."""
-    trigger = conn.execute(
-        "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'items_log_vector'").fetchone()
-    if trigger is not None:
-        conn.execute("DROP TRIGGER items_log_vector")
     changed, last = 0, 0
-    while rows := conn.execute(
-            "SELECT rowid, content_hash, embedded_hash FROM items WHERE rowid > ? "
-            "ORDER BY rowid LIMIT ?", (last, batch)).fetchall():
-        updates = [(_unhexed(c), _unhexed(e), r) for r, c, e in rows
-                   if isinstance(c, str) or isinstance(e, str)]
-        conn.executemany("UPDATE items SET content_hash = ?, embedded_hash = ? WHERE rowid = ?",
-                         updates)
-        changed += len(updates)
-        last = int(rows[-1][0])
-    if trigger is not None:
-        conn.execute(str(trigger[0]))
+    with _trigger_held_off(conn, "items_log_vector"):
+        while rows := conn.execute(
+                "SELECT rowid, content_hash, embedded_hash FROM items WHERE rowid > ? "
+                "ORDER BY rowid LIMIT ?", (last, batch)).fetchall():
+            updates = [(_unhexed(c), _unhexed(e), r) for r, c, e in rows
+                       if isinstance(c, str) or isinstance(e, str)]
+            conn.executemany("UPDATE items SET content_hash = ?, embedded_hash = ? WHERE rowid = ?",
+                             updates)
+            changed += len(updates)
+            last = int(rows[-1][0])
     pending = conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'vec_items_pending'").fetchone()
     if pending is not None:
@@ -157,6 +153,20 @@ def binary_hashes(conn: Any, batch: int = 20_000) -> int:
     if changed:
         conn.execute(SET_META, ("vacuum_due", "1"))
     return changed
+
+
+@contextmanager
+def _trigger_held_off(conn: Any, name: str) -> Iterator[None]:
+    """Inside a migration's transaction: the change-log trigger `name` dropped while rows
+    are rewritten in a way it must not log, then made again from its own SQL (an error
+    rolls the whole transaction back, trigger included)."""
+    trigger = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = ?", (name,)).fetchone()
+    if trigger is not None:
+        conn.execute(f"DROP TRIGGER {name}")
+    yield
+    if trigger is not None:
+        conn.execute(str(trigger[0]))
 
 
 def _unhexed(value: Any) -> Any:
@@ -175,22 +185,18 @@ def pack_texts(conn: Any, batch: int = 5_000) -> int:
     (the text is the same): it is dropped and made again from its own SQL. Returns how many
     texts were packed; when any, `hybridkb optimize` will VACUUM the file (their pages stay
     half empty until then)."""
-    trigger = conn.execute(
-        "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'items_log_update'").fetchone()
-    if trigger is not None:
-        conn.execute("DROP TRIGGER items_log_update")
     packed, last = 0, 0
-    while rows := conn.execute(
-            "SELECT rowid, text FROM items WHERE rowid > ? AND typeof(text) = 'text' "
-            "AND length(text) >= ? ORDER BY rowid LIMIT ?",
-            (last, textcodec.PLAIN_CHARS, batch)).fetchall():
-        changed = [(value, rowid) for (rowid, _), value in zip(rows, _packed([r[1] for r in rows]),
-                                                               strict=True) if isinstance(value, bytes)]
-        conn.executemany("UPDATE items SET text = ? WHERE rowid = ?", changed)
-        packed += len(changed)
-        last = int(rows[-1][0])
-    if trigger is not None:
-        conn.execute(str(trigger[0]))
+    with _trigger_held_off(conn, "items_log_update"):
+        while rows := conn.execute(
+                "SELECT rowid, text FROM items WHERE rowid > ? AND typeof(text) = 'text' "
+                "AND length(text) >= ? ORDER BY rowid LIMIT ?",
+                (last, textcodec.PLAIN_CHARS, batch)).fetchall():
+            changed = [(value, rowid) for (rowid, _), value
+                       in zip(rows, _packed([r[1] for r in rows]), strict=True)
+                       if isinstance(value, bytes)]
+            conn.executemany("UPDATE items SET text = ? WHERE rowid = ?", changed)
+            packed += len(changed)
+            last = int(rows[-1][0])
     if packed:  # the rows shrank in place: `optimize` writes the file anew (maintenance.reclaim)
         conn.execute(SET_META, ("vacuum_due", "1"))
     return packed
