@@ -1,6 +1,6 @@
 """Engines measured beside the store in the same run: the previous path (FTS5 `bm25()`)
-and the bare engines under the derived indexes (tantivy and usearch without hybridkb's
-catch-up, filters, id mapping or pipeline)."""
+and the bare engines under the derived indexes (tantivy and the vector base without
+hybridkb's catch-up, filters, id mapping or pipeline)."""
 
 from __future__ import annotations
 

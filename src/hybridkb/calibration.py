@@ -24,7 +24,7 @@ candidates, relevant or not by the judgments) of 300 SciFact train queries, 300 
 nothing there answers (100 random strings, 200 LoCoMo-dev questions) and, weighted 0.1,
 the identifier queries of two packages the identifier evaluation does not use (pathspec,
 httpx); checked on SciFact test, NFCorpus, LoCoMo-dev and the identifier set of click
-and tqdm (docs/benchmarks.md). Re-fit with:
+and tqdm (docs/quality.md). Re-fit with:
 
     python -m hybridkb.evaluation.calibrate --dataset ../shared/data/scifact --split train \
         --max-queries 300 --unanswerable ../shared/data/locomo-dev --code pathspec --code httpx

@@ -369,7 +369,7 @@ def demo(ctx: Context, query: str, limit: int) -> None:
 @click.option("--dataset", "datasets", multiple=True,
               type=click.Path(exists=True, file_okay=False),
               help="A BEIR-layout folder: corpus.jsonl[.gz], queries.jsonl, qrels/<split>.tsv. "
-                   "Repeat it: several sets as corpora of one store (see docs/benchmarks.md).")
+                   "Repeat it: several sets as corpora of one store (see docs/quality.md).")
 @click.option("--split", default="test", show_default=True, help="Which qrels/<split>.tsv to run.")
 @click.option("--mode", "modes", multiple=True, help="fts, vector, hybrid (repeatable or a comma "
               "list; default all).")
@@ -394,7 +394,7 @@ def demo(ctx: Context, query: str, limit: int) -> None:
 @click.option("--merge", "merges", multiple=True, help="Several datasets: relevance, rrf (or both).")
 @click.option("--no-distractors", is_flag=True, help="Several datasets: no distractor corpora.")
 @click.option("--identifiers", is_flag=True, help="Instead of a dataset: the identifier evaluation "
-              "(function and class names of installed packages' source, see docs/benchmarks.md).")
+              "(function and class names of installed packages' source, see docs/quality.md).")
 @click.option("--package", "packages", multiple=True, help="With --identifiers: the packages to "
               "index (repeatable; default click and tqdm).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write cached embeddings.")

@@ -24,7 +24,7 @@ from .model import Key
 
 # 1.0: only true duplicates (the same set of words) collapse by default. Near copies with
 # a few words changed are often different answers (a revised figure, a counter-argument):
-# measured on the --near-duplicates dev sets, Jaccard 0.9 cost recall (docs/benchmarks.md).
+# measured on the --near-duplicates dev sets, Jaccard 0.9 cost recall (docs/quality.md).
 DEFAULT_THRESHOLD = 1.0
 # A copy is never absorbed by a survivor that scores more than this much higher (on the
 # 0-1 relevance scale of a search): a relevance gap means the texts answer differently.

@@ -15,7 +15,7 @@ from .model import Key
 RRF_K = 60  # Cormack, Clarke & Büttcher (2009): k = 60, ranks 1-based.
 
 # The search defaults (fusion, and weights for fts and vector), chosen by the evaluation
-# harness: see docs/benchmarks.md for the measurements behind them. "calibrated" ranks by
+# harness: see docs/quality.md for the measurements behind them. "calibrated" ranks by
 # the calibrated relevance of each candidate (calibration.py; run by the pipeline, which
 # holds the texts it reads); the weights apply to the rank fusions.
 DEFAULT_FUSION = "calibrated"

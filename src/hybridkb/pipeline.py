@@ -33,7 +33,7 @@ from .storage.workers import Workers
 # Each retriever returns max(MIN_DEPTH, offset + limit) candidates. A depth that does
 # not grow with `limit` keeps score-aware fusions (whose normalization depends on the
 # list) giving the same top 10 whether a caller asks for 10 hits or 100. Deep lists
-# give DBSF's mean and deviation a stable footing (see docs/benchmarks.md).
+# give DBSF's mean and deviation a stable footing (see docs/quality.md).
 MIN_DEPTH = 300
 # Only heads are read back from the store: near-duplicates are collapsed in the first
 # max(DEDUP_HEAD, 2 * (offset + limit)) entries of each list, and the score policy

@@ -49,7 +49,7 @@ LUCENE_STOPWORDS = frozenset(
 # words). A query keeps a term made only of these when it has nothing else: question
 # words ("when did", "what was") match most chat turns and drown the content words.
 # Measured against the Lucene set above, FTS5 nDCG@10: LoCoMo-dev 0.477 -> 0.514,
-# NFCorpus 0.320 -> 0.326, SciFact 0.690 -> 0.689 (docs/benchmarks.md).
+# NFCorpus 0.320 -> 0.326, SciFact 0.690 -> 0.689 (docs/quality.md).
 STOPWORDS = frozenset(
     """a about above after again against all am an and any are as at be because been before
        being below between both but by can could did do does doing down during each few for

@@ -31,7 +31,7 @@ META_PENDING_VECTOR_DIM = "pending_vector_dim"  # ...and its dimension
 META_LABEL_TEMPLATES = "label_templates"  # JSON: corpus -> source label template
 PENDING_KEYS = (META_PENDING_EMBEDDER, META_PENDING_VECTOR_DIM)
 
-# BM25 column weights (title, text), chosen by the evaluation harness (docs/benchmarks.md).
+# BM25 column weights (title, text), chosen by the evaluation harness (docs/quality.md).
 DEFAULT_BM25_WEIGHTS = (2.0, 1.0)
 
 # -- columns and rows ------------------------------------------------------------------------

@@ -61,7 +61,7 @@ def analyzer() -> tantivy.TextAnalyzer:
 
     The simple tokenizer splits on what is not a letter or digit (as unicode61 does),
     then lowercase, fold diacritics, English stemming (Snowball's Porter2, FTS5 uses
-    the original Porter: measured on the eval sets, see docs/benchmarks.md).
+    the original Porter; docs/quality.md's full-text rows are measured with this one).
     """
     return (
         tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
