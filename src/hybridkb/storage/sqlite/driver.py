@@ -47,7 +47,19 @@ def driver() -> ModuleType:
                     "pip install sqlean.py"
                 ) from exc
             _driver = sqlean
+        _bind_cheaply(_driver)
     return _driver
+
+
+def _bind_cheaply(module: ModuleType) -> None:
+    """Adapters that bind bytes, None and bool as they would bind anyway, but at a dict
+    lookup's cost. Only exact int, float, str and bytearray skip the module's adaptation
+    protocol; every other parameter looks for `__adapt__` and `__conform__` first, which in
+    sqlean.py raises and clears an AttributeError each time: 1.5 us a bytes parameter and
+    1.0 us a NULL, against 0.38 and 0.12 with these (a row of add_many binds ten or more)."""
+    module.register_adapter(bytes, bytes)  # bytes(b) is b itself
+    module.register_adapter(type(None), {}.get)  # {}.get(None) is None
+    module.register_adapter(bool, int)  # what binding a bool stores: 0 or 1
 
 
 def enable_wal(conn: Any, timeout: float) -> None:
