@@ -26,6 +26,7 @@ from hybridkb.storage import codec
 from hybridkb.storage.contract import SearchArea
 from hybridkb.storage.indexes import vector_base, verify
 from hybridkb.storage.indexes.vector_base import VectorBase, Wanted
+from hybridkb.storage.indexes.vector_batch import Batch
 from hybridkb.storage.indexes.vector_knn import _rescored, knn
 from hybridkb.storage.indexes.vector_math import ScaledRows, dot_rows, quantize
 from hybridkb.storage.indexes.vectors import VectorDelta
@@ -62,6 +63,41 @@ def test_int8_rows_are_close_and_index_as_float32() -> None:
     assert np.array_equal(dot_rows(scaled, query, picks), dot_rows(scaled, query)[picks])
     assert np.allclose(scaled[picks], rows[picks], atol=0.01) and len(scaled) == 2000
     assert dot_rows(scaled, query, np.zeros(0, dtype=np.int64)).shape == (0,)
+
+
+def test_a_build_from_the_stored_bytes_writes_the_files_a_build_from_their_values_does(
+        tmp_path: Path) -> None:
+    """The store hands a build its int8 codes and scales (vector_batch.Batch), written into the
+    base as they are: the same bytes as quantizing their float32 values again, in every file."""
+    n, dim = 5_000, 48
+    rows = unit(n, dim, seed=5)
+    rows[17] = 0.0  # a zero row: codes 0, scale 1 either way
+    rows[18] *= 1e-30  # a tiny one
+    codes, scales = codec.quantize(rows)
+
+    def batches(stored: bool) -> list[Batch]:
+        out = []
+        for a in range(0, n, 1_000):
+            b = min(n, a + 1_000)
+            out.append(Batch(np.arange(a, b, dtype=np.int64) * 3 + 1,
+                             None if stored else codec.dequantize(codes[a:b], scales[a:b]),
+                             ["default"] * (b - a), np.full(b - a, np.inf), np.zeros(b - a, bool),
+                             codes=codes[a:b] if stored else None, scales=scales[a:b] if stored else None))
+        return out
+
+    for stored in (True, False):
+        vector_base.build(tmp_path / str(stored), dim, 1, batches(stored), n, codes=True, ann=False)
+    files = sorted(p.name for p in (tmp_path / "True").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "False").iterdir())
+    assert {"matrix.i8", vector_base.SCALES, "codes.u64", "order.i32"} <= set(files)
+    for name in set(files) - {verify.MANIFEST, "meta.json"}:  # those hold times
+        assert (tmp_path / "True" / name).read_bytes() == (tmp_path / "False" / name).read_bytes(), name
+    metas = [json.loads((tmp_path / f / "meta.json").read_text()) for f in ("True", "False")]
+    for meta in metas:
+        del meta["codes"]["seconds"]
+    assert metas[0] == metas[1]
+    assert (tmp_path / "True" / "matrix.i8").read_bytes() == codes.tobytes()
+    assert (tmp_path / "True" / vector_base.SCALES).read_bytes() == scales.tobytes()
 
 
 @pytest.mark.skipif(not (DATA / "scifact").is_dir(), reason="shared dev data not found")

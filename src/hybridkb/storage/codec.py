@@ -187,6 +187,15 @@ def matrix_from_stored_blobs(blobs: Sequence[bytes], dim: int) -> npt.NDArray[np
     return dequantize(*_split(b"".join(blobs), len(blobs), dim))
 
 
+def codes_from_stored_blobs(blobs: Sequence[bytes], dim: int
+                            ) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.float32]]:
+    """Stored item blobs as their int8 codes (rows x dim) and scales, not decoded: what
+    `dequantize` turns into `matrix_from_stored_blobs`'s rows."""
+    if not blobs:
+        return np.zeros((0, dim), dtype=np.int8), np.zeros(0, dtype=DTYPE)
+    return _split(b"".join(blobs), len(blobs), dim)
+
+
 def stored_from_half_blob(blob: bytes) -> bytes:
     """A float16 item blob (stores from migration 011 to 013) in the stored layout."""
     return stored_from_half_blobs([blob])[0]

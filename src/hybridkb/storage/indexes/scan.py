@@ -14,7 +14,8 @@ from typing import Protocol
 
 import numpy as np
 
-from .vector_base import Batch, RowIds, Vector, Wanted
+from .vector_base import Wanted
+from .vector_batch import Batch, RowIds, Vector
 from .vector_math import dot_rows
 
 

@@ -42,11 +42,9 @@ import numpy.typing as npt
 
 from ...progress import ProgressFactory, no_progress
 from . import vector_cells, vector_codes, verify
-from .vector_math import ScaledRows, as_float32, dot_rows, quantize
+from .vector_batch import Batch, RowIds, Vector
+from .vector_math import ScaledRows, as_float32, dot_rows
 from .vector_recall import Probe, calibrate, kth_scores, probe
-
-Vector = npt.NDArray[np.float32]
-RowIds = npt.NDArray[np.int64]
 
 FORMAT = 6  # 6: the codes stored cell by cell (meta "codes" "cells": their count, vector_cells.py)
 # Generations of these formats are still read (searches answer from them) while the base is
@@ -79,17 +77,6 @@ EF_SEARCH = 128  # the breadth of a graph built before its recall was measured (
 
 class BaseUnusable(Exception):
     """A generation folder is missing or damaged."""
-
-
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """Rows for a build or the delta: ascending rowids, unit vectors and filter attributes."""
-
-    rowids: RowIds
-    vectors: Vector
-    corpora: list[str]
-    expires: npt.NDArray[np.float64]  # +inf: never
-    stale: npt.NDArray[np.bool_]
 
 
 @dataclass(frozen=True, slots=True)
@@ -476,8 +463,8 @@ def _build(
                 files["rowids.i64"].write(np.ascontiguousarray(b.rowids, dtype=np.int64).tobytes())
                 # as stored (unit length already, codec.normalized): renormalizing would move
                 # the last bits and reorder ties against the other dialect and the delta
-                if matrix_kind == "i8":
-                    quantized, scales = quantize(b.vectors)
+                if matrix_kind == "i8":  # the stored bytes as they are, when the batch has them
+                    quantized, scales = b.quantized()
                     files[matrix_file].write(quantized.tobytes())
                     files[SCALES].write(scales.tobytes())
                     files[_HALF].write(np.ascontiguousarray(b.vectors, dtype=np.float16).tobytes())

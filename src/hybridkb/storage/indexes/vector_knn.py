@@ -8,7 +8,8 @@ from operator import itemgetter
 
 import numpy as np
 
-from .vector_base import RowIds, Vector, VectorBase, Wanted
+from .vector_base import VectorBase, Wanted
+from .vector_batch import RowIds, Vector
 from .vector_math import dot_rows
 from .vectors import VectorDelta, VectorSource
 

@@ -36,7 +36,8 @@ from .. import asked, notices
 from . import vector_base, verify
 from .health import Health, IndexUnavailable
 from .locks import _file_lock, close_at_exit, make_index_root
-from .vector_base import BaseUnusable, Batch, RowIds, Vector, VectorBase
+from .vector_base import BaseUnusable, VectorBase
+from .vector_batch import Batch, RowIds, Vector
 
 DELTA_MIN = 2_000  # the delta may grow to max(DELTA_MIN, DELTA_SHARE x base) before a rebuild
 DELTA_SHARE = 0.05

@@ -16,7 +16,7 @@ import numpy as np
 from ...model import Item
 from .. import asked, codec
 from ..indexes.text_schema import TextDoc
-from ..indexes.vector_base import Batch
+from ..indexes.vector_batch import Batch
 from ..textcodec import unpack, unpacked_rows
 from .tables import chunks, marks
 
@@ -192,12 +192,14 @@ _VECTOR_ROW = ("SELECT i.rowid, v.embedding, i.corpus, i.expires_at, i.stale "
 
 
 def _batch(rows: Sequence[Any], dim: int) -> Batch:
+    """The rows with their stored int8 codes and scales, decoded only when asked (Batch)."""
+    codes, scales = codec.codes_from_stored_blobs([r[1] for r in rows], dim)
     return Batch(
         rowids=np.array([r[0] for r in rows], dtype=np.int64),
-        vectors=codec.matrix_from_stored_blobs([r[1] for r in rows], dim),
+        vectors=None,
         corpora=[r[2] for r in rows],
         expires=np.array([np.inf if r[3] is None else float(r[3]) for r in rows], dtype=np.float64),
-        stale=np.array([bool(r[4]) for r in rows], dtype=bool))
+        stale=np.array([bool(r[4]) for r in rows], dtype=bool), codes=codes, scales=scales)
 
 
 def prune(conn: Any, through: int) -> int:
