@@ -14,9 +14,10 @@ scale per row (`matrix.i8` and `scales.f32`, vector_math.quantize), a quarter of
 size: the codes pick the rows to rescore, the bytes order them, and the best of those are
 scored again exactly on the stored vectors themselves (vector_knn.py), so the cosines a search
 returns are the stored values' (`approximate`). A base without codes is scanned whole by
-every search and answers from its float32 matrix (`matrix.f32`). Each build measures its
-passes (on the stored values: an int8 base's build keeps them at half precision until it
-is sealed) on the same pseudo-queries (vector_recall.py); searches
+every search and answers from its float32 matrix (`matrix.f32`). Each build makes its
+cells and codes from the stored values themselves (an int8 base's rows times their scale,
+in one pass over them: vector_sweep.py) and measures its passes on them, on the same
+pseudo-queries (vector_recall.py); searches
 use the faster of those that reach recall@10 0.95, or scan exactly. Nothing is loaded
 whole: opening a generation maps its files. A generation is built in a temporary folder
 and published by renaming it into place; the store then records it (see vectors.py). Its
@@ -41,10 +42,10 @@ import numpy as np
 import numpy.typing as npt
 
 from ...progress import ProgressFactory, no_progress
-from . import vector_cells, vector_codes, verify
+from . import vector_cells, vector_codes, vector_sweep, verify
 from .vector_batch import Batch, RowIds, Vector
 from .vector_math import ScaledRows, as_float32, dot_rows
-from .vector_recall import Probe, calibrate, kth_scores, probe
+from .vector_recall import Probe, calibrate, kth_scores, probe, pseudo_queries
 
 FORMAT = 6  # 6: the codes stored cell by cell (meta "codes" "cells": their count, vector_cells.py)
 # Generations of these formats are still read (searches answer from them) while the base is
@@ -55,7 +56,6 @@ CELL_FILES = ("cells.f32", "offsets.i64", "order.i32")  # centroids, each cell's
 MATRIX = {"i8": ("matrix.i8", np.int8), "f16": ("matrix.f16", np.float16),
           "f32": ("matrix.f32", np.float32)}
 SCALES = "scales.f32"  # an i8 matrix's scale per row
-_HALF = "exact.f16.tmp"  # the stored values, while an i8 base is built (_build)
 MAPPED = ("rowids.i64", "matrix.i8", SCALES, "matrix.f16", "matrix.f32", "corpus.i32",
           "expires.f64", "stale.u8", "codes.u64", "ann.usearch", *CELL_FILES)
 MEASURED = "measured-{}.json"  # a later measurement of a generation's passes (remeasure)
@@ -443,10 +443,8 @@ def _build(
     # int8 where the base will have codes (decided on the expected count)
     matrix_kind = "i8" if ((total >= CODES_MIN_ROWS) if codes is None else codes) else "f32"
     matrix_file, matrix_type = MATRIX[matrix_kind]
-    # An int8 base's build also writes the stored values at half precision (removed before
-    # it is sealed): its codes, graph and measurements come from them, as the f16 base's did.
     written = ("rowids.i64", matrix_file, "corpus.i32", "expires.f64", "stale.u8") + (
-        (SCALES, _HALF) if matrix_kind == "i8" else ())
+        (SCALES,) if matrix_kind == "i8" else ())
     files = {name: open(tmp / name, "wb") for name in written}  # noqa: SIM115 - closed below
     try:
         with progress(total, "vector index: copy") as bar:
@@ -467,7 +465,6 @@ def _build(
                     quantized, scales = b.quantized()
                     files[matrix_file].write(quantized.tobytes())
                     files[SCALES].write(scales.tobytes())
-                    files[_HALF].write(np.ascontiguousarray(b.vectors, dtype=np.float16).tobytes())
                 else:
                     files[matrix_file].write(np.ascontiguousarray(b.vectors, dtype=matrix_type).tobytes())
                 files["corpus.i32"].write(corpus.tobytes())
@@ -484,14 +481,19 @@ def _build(
     with_codes = (n >= CODES_MIN_ROWS) if codes is None else (codes and n > 0)
     measured: dict[str, Any] = {}
     if with_codes or (graph_due(n, codes_hold=False) if ann is None else ann and n > 0):
-        exact_file, exact_type = (_HALF, np.float16) if matrix_kind == "i8" else (matrix_file, matrix_type)
-        matrix = np.asarray(np.memmap(tmp / exact_file, dtype=exact_type, mode="r", shape=(n, dim)))
+        # its codes, cells, graph and measurements come from the stored values themselves:
+        # an int8 base's rows times their scale (ScaledRows)
+        matrix: Any = np.asarray(np.memmap(tmp / matrix_file, dtype=matrix_type, mode="r", shape=(n, dim)))
+        if matrix_kind == "i8":
+            matrix = ScaledRows(matrix, np.asarray(np.memmap(tmp / SCALES, dtype=np.float32, mode="r",
+                                                             shape=(n,))))
         queries = asked[0]
-        probed = probe(matrix, n) if queries is None else Probe(queries, kth_scores(matrix, queries),
-                                                                     sampled=True)
         measured["asked"] = {"count": 0 if queries is None else len(queries), "through": asked[1]}
         if with_codes:
-            measured["codes"] = _write_codes(tmp, matrix, n, probed)
+            measured["codes"], probed = _write_codes(tmp, matrix, n, queries, cancelled)
+        else:
+            probed = probe(matrix, n) if queries is None else Probe(queries, kth_scores(matrix, queries),
+                                                                         sampled=True)
         held = with_codes and measured["codes"]["rescore"] is not None
         with_ann = graph_due(n, codes_hold=held) if ann is None else (ann and n > 0)
         if with_ann:
@@ -502,7 +504,6 @@ def _build(
         del matrix
     else:
         with_ann = False
-    (tmp / _HALF).unlink(missing_ok=True)
     (tmp / "meta.json").write_text(json.dumps(
         {"format": FORMAT, "matrix": matrix_kind, "n": n, "dim": dim, "seq": seq, "ann": with_ann,
          "corpora": sorted(names, key=names.__getitem__), **measured}), encoding="utf-8")
@@ -513,18 +514,29 @@ def graph_due(n: int, *, codes_hold: bool) -> bool:
     return n >= ANN_MIN_ROWS or (n >= CODES_MIN_ROWS and not codes_hold)
 
 
-def _write_codes(tmp: Path, matrix: Any, n: int, probed: Probe) -> dict[str, Any]:
-    """The codes, stored cell by cell (vector_cells.py), and their measured effort."""
+def _write_codes(tmp: Path, matrix: Any, n: int, queries: npt.NDArray[np.float32] | None,
+                 cancelled: Callable[[], bool]) -> tuple[dict[str, Any], Probe]:
+    """The codes, stored cell by cell (vector_cells.py), their measured effort, and the
+    queries measured on (`queries`, the store's own, or pseudo-queries): the rows' cells,
+    codes and the queries' exact top 10 made in one pass over the rows (vector_sweep.py)."""
     center = vector_codes.center_of(matrix, n)
-    cells = vector_cells.build(matrix, n)
-    columns = vector_cells.permute(vector_codes.encode_columns(matrix, n, center), cells)
+    trained = vector_cells.train(matrix, n)
+    asked = queries is not None
+    queries = queries if queries is not None else pseudo_queries(matrix, n)
+    swept = vector_sweep.sweep(matrix, n, center, trained, queries, cancelled=cancelled)
+    if cancelled() or swept.kth is None:
+        raise BuildCancelled
+    probed = Probe(queries, swept.kth, sampled=asked)
+    cells = vector_cells.from_assigned(trained, swept.cell, int(center.shape[0]))
+    columns = vector_cells.permute(swept.columns, cells)
+    del swept
     for name, array in (("center.f32", center), ("codes.u64", columns), ("cells.f32", cells.centroids),
                         ("offsets.i64", cells.offsets), ("order.i32", cells.order)):
         with open(tmp / name, "wb") as f:
             f.write(np.ascontiguousarray(array).tobytes())
             f.flush()
             os.fsync(f.fileno())
-    return {**_measure_codes(columns, center, matrix, probed, cells), "cells": len(cells.centroids)}
+    return {**_measure_codes(columns, center, matrix, probed, cells), "cells": len(cells.centroids)}, probed
 
 
 def _measure_codes(codes: Any, center: Any, matrix: Any, probed: Probe,

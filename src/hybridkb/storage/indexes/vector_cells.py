@@ -3,8 +3,8 @@
 A base with codes (vector_codes.py) is cut into about 4 x sqrt(n) cells by k-means over a
 sample of its rows (the count pgvector's IVFFlat is built with, storage/postgres/ann.py):
 two levels, sqrt(cells) coarse centroids, then each coarse cell's sample split again, so
-assigning a million rows costs about 130 products a row, not 4,000 (about 10 s for the
-whole build at 1M x 384 on one loaded core). The codes are stored cell by cell (`order`:
+assigning a million rows costs about 130 products a row, not 4,000 (the assignment is part
+of the build's one pass over the rows, vector_sweep.py). The codes are stored cell by cell (`order`:
 the base position of each code, `offsets`: where each cell's codes begin), so a query
 scores the cell centroids, takes cells best first until it has scanned `budget` rows (of
 the rows its filter keeps), and picks the `rescore` rows nearest by code among them for the
@@ -17,7 +17,11 @@ build's pseudo-queries chose 65,536 rows scanned and 4,096 rescored; on 300 real
 that gave recall@10 0.934 and the 300-deep list 0.934 against numpy's float32 top 10,
 where the whole-base scan rescoring 4,096 gave 0.931 and 0.921, for half its CPU (5.0
 against 10.0 ms a search; with float16 stored vectors the same pair gave 0.972 and 0.940:
-int8 stored values cap this set's recall@10 near 0.95 whatever the effort). How many rows
+int8 stored values cap this set's recall@10 near 0.95 whatever the effort). The pair moves
+with the cells' k-means: built from the stored values themselves rather than their float16
+rounding, the same items chose 32,768 and 4,096 (both measured 0.954 on the pseudo-queries;
+on the real queries 0.965 against 0.974 of the exact top 10 of the stored values, 2.9
+against 3.8 ms a search). How many rows
 to scan and to rescore is measured per build on the same queries as every first pass
 (vector_recall.py): of the pairs holding the target, the least work; scanning every cell
 is the last rung, i.e. the whole-base scan.
@@ -25,7 +29,9 @@ is the last rung, i.e. the whole-base scan.
 
 from __future__ import annotations
 
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +53,7 @@ _BLOCK = 65_536  # rows assigned at a time
 # base's size is the last rung (every cell: a whole-base code scan).
 BUDGET_LADDER = (1_024, 2_048, 4_096, 8_192, 16_384, 32_768, 65_536, 131_072, 262_144)
 RESCORE_WEIGHT = 16  # a rescored row's cost in codes scanned (work())
+_PARALLEL_ROWS = 100_000  # calibrate(): below, one thread (threads cost more than they save)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,58 +95,124 @@ class CellCalibration:
     seconds: float  # median time of one search at the pair (0 when none)
 
 
+def threads(*, blas: bool) -> int:
+    """Threads a build's numpy-heavy steps use: two where there are two cores (numpy
+    releases the GIL), but for matrix products (`blas`) only where OpenBLAS is held to one
+    thread of its own (OPENBLAS_NUM_THREADS=1, as the benchmark runs): products from two
+    threads into OpenBLAS's own pool ran 6x slower, and kept it slow for the process
+    (300k rows' sweep: 0.8 s on one thread, then 4.8 s on two, 4.7 s on one again)."""
+    if (os.cpu_count() or 1) < 2:
+        return 1
+    if not blas:
+        return 2
+    held = os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS")
+    return 2 if held == "1" else 1
+
+
 def cell_count(n: int) -> int:
     return max(1, round(CELLS_PER_ROOT * float(np.sqrt(n))))
 
 
-def _kmeans(rows: npt.NDArray[np.float32], k: int, rng: np.random.Generator) -> npt.NDArray[np.float32]:
-    """Spherical k-means (unit centroids, nearest by dot product) from k distinct picks."""
-    if len(rows) <= k:
+def _seeds(n: int, k: int, rng: np.random.Generator) -> npt.NDArray[np.int64] | None:
+    """k distinct starting rows of n, ascending (None: n <= k, every row is a centroid)."""
+    return None if n <= k else np.sort(rng.choice(n, k, replace=False))
+
+
+def _kmeans(rows: npt.NDArray[np.float32], k: int, seeds: npt.NDArray[np.int64] | None
+            ) -> npt.NDArray[np.float32]:
+    """Spherical k-means (unit centroids, nearest by dot product) from the rows at `seeds`."""
+    if seeds is None:
         return rows.copy()
-    centroids = rows[np.sort(rng.choice(len(rows), k, replace=False))].copy()
+    centroids = rows[seeds].copy()
+    members = np.zeros((k, len(rows)), dtype=np.float32)
+    every = np.arange(len(rows))
     for _ in range(ITERATIONS):
         nearest = np.argmax(rows @ centroids.T, axis=1)
-        counts = np.bincount(nearest, minlength=k)
-        grouped = np.argsort(nearest, kind="stable")
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        filled = counts > 0
-        # np.add.at over 65k rows cost seconds; a sort and reduceat costs milliseconds
-        centroids[filled] = np.add.reduceat(rows[grouped], starts[filled], axis=0)
+        filled = np.bincount(nearest, minlength=k) > 0
+        # each cell's sum as one product with its members' indicator rows: a reduceat over
+        # the rows grouped by cell cost 10x as much (65,536 x 384 rows, 63 cells: 90 ms a round)
+        members[nearest, every] = 1.0
+        centroids[filled] = (members @ rows)[filled]
+        members[nearest, every] = 0.0
         norms = np.linalg.norm(centroids, axis=1, keepdims=True)
         centroids /= np.maximum(norms, 1e-12)
     return centroids
 
 
-def build(matrix: Any, n: int, seed: int = 15) -> Cells:
-    """Cells over the first `n` rows of `matrix` (unit rows; float32 or float16)."""
+@dataclass(frozen=True, slots=True)
+class Trained:
+    """Two-level centroids from a sample: coarse (c, dim) and each coarse cell's fine ones,
+    numbered together from `first[j]` (fine cell ids: first[j] + index in fine[j])."""
+
+    coarse: npt.NDArray[np.float32]
+    fine: list[npt.NDArray[np.float32]]
+    first: npt.NDArray[np.int64]
+
+    @property
+    def centroids(self) -> npt.NDArray[np.float32]:
+        out: npt.NDArray[np.float32] = np.ascontiguousarray(np.concatenate(self.fine), dtype=np.float32)
+        return out
+
+
+def train(matrix: Any, n: int, seed: int = 15) -> Trained | None:
+    """The cells' centroids, k-means over a sample of the first `n` rows (None: no rows)."""
+    if not n:
+        return None
     total = cell_count(n)
     rng = np.random.default_rng(seed)
     size = min(n, MAX_SAMPLE, max(SAMPLE_PER_CELL * total, 1))
     picks = np.arange(n) if size >= n else np.sort(rng.choice(n, size, replace=False))
-    sample = as_float32(matrix[picks]) if n else np.zeros((0, matrix.shape[1]), np.float32)
-    if not n:
-        return Cells(np.zeros((0, matrix.shape[1]), np.float32), np.zeros(1, np.int64),
-                     np.zeros(0, np.int32))
-    coarse = _kmeans(sample, max(1, round(np.sqrt(total))), rng)
+    sample = as_float32(matrix[picks])
+    wanted = max(1, round(np.sqrt(total)))
+    coarse = _kmeans(sample, wanted, _seeds(len(sample), wanted, rng))
     near = np.argmax(sample @ coarse.T, axis=1)
-    fine = []
-    for j in range(len(coarse)):
-        part = sample[near == j]
-        share = max(1, round(total * len(part) / len(sample)))
-        fine.append(_kmeans(part, share, rng) if len(part) else coarse[j : j + 1].copy())
+    parts = [sample[near == j] for j in range(len(coarse))]
+    shares = [max(1, round(total * len(part) / len(sample))) for part in parts]
+    seeds = [_seeds(len(part), share, rng) for part, share in zip(parts, shares, strict=True)]
+    # each coarse cell split on its own, the seeds drawn first in order (the same cells on
+    # any number of threads): two threads halve the ~60 small k-means at 1M
+    with ThreadPoolExecutor(threads(blas=True), thread_name_prefix="hybridkb-cells") as pool:
+        fine = list(pool.map(lambda j: _kmeans(parts[j], shares[j], seeds[j]) if len(parts[j])
+                             else coarse[j : j + 1].copy(), range(len(coarse))))
     first = np.concatenate([[0], np.cumsum([len(f) for f in fine])]).astype(np.int64)
-    cell = np.empty(n, dtype=np.int64)
-    for start in range(0, n, _BLOCK):
-        block = as_float32(matrix[start : start + _BLOCK])
-        near = np.argmax(block @ coarse.T, axis=1)
-        for j in np.unique(near):
-            members = np.flatnonzero(near == j)
-            cell[start + members] = first[j] + np.argmax(block[members] @ fine[j].T, axis=1)
-    centroids = np.ascontiguousarray(np.concatenate(fine), dtype=np.float32)
-    order = np.argsort(cell, kind="stable").astype(np.int32)
+    return Trained(coarse, fine, first)
+
+
+def assign(block: npt.NDArray[np.float32], trained: Trained) -> npt.NDArray[np.int64]:
+    """Each row's cell: its nearest coarse centroid's nearest fine one. The rows are grouped
+    by coarse cell with one stable argsort (a 16-bit key: a radix sort), not a scan of the
+    block per coarse cell."""
+    near = np.argmax(block @ trained.coarse.T, axis=1)
+    out = np.empty(len(block), dtype=np.int64)
+    grouped = np.argsort(near.astype(np.uint16) if len(trained.coarse) <= 65_536 else near, kind="stable")
+    bounds = np.searchsorted(near[grouped], np.arange(len(trained.coarse) + 1))
+    for j in np.flatnonzero(np.diff(bounds)):
+        members = grouped[bounds[j] : bounds[j + 1]]
+        out[members] = trained.first[j] + np.argmax(block[members] @ trained.fine[j].T, axis=1)
+    return out
+
+
+def from_assigned(trained: Trained | None, cell: npt.NDArray[np.int64], dim: int) -> Cells:
+    """Cells from each row's cell id: the rows placed cell by cell, in base order within a
+    cell (a counting sort: a 16-bit key's stable argsort is numpy's radix sort)."""
+    if trained is None:
+        return Cells(np.zeros((0, dim), np.float32), np.zeros(1, np.int64), np.zeros(0, np.int32))
+    centroids = trained.centroids
+    key = cell.astype(np.uint16) if len(centroids) <= 65_536 else cell
+    order = np.argsort(key, kind="stable").astype(np.int32)
     counts = np.bincount(cell, minlength=len(centroids))
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     return Cells(centroids, offsets, order)
+
+
+def build(matrix: Any, n: int, seed: int = 15) -> Cells:
+    """Cells over the first `n` rows of `matrix` (unit rows; float32, float16 or ScaledRows)."""
+    trained = train(matrix, n, seed)
+    cell = np.empty(n, dtype=np.int64)
+    if trained is not None:
+        for start in range(0, n, _BLOCK):
+            cell[start : start + _BLOCK] = assign(as_float32(matrix[start : min(n, start + _BLOCK)]), trained)
+    return from_assigned(trained, cell, matrix.shape[1])
 
 
 def permute(columns: Words, cells: Cells) -> Words:
@@ -256,21 +329,35 @@ def calibrate(cells: Cells, codes: Words, center: npt.NDArray[np.float32], matri
     # the ladder reaches it, as the whole-base scan's last rung is the whole base
     ladder = vector_codes.RESCORE_LADDER
     rungs = {b: [r for r in ladder if r < b] + ([b] if b <= ladder[-1] else []) for b in budgets}
-    hits: dict[tuple[int, int], list[float]] = {}
-    for q, bar in zip(probe.queries, probe.kth, strict=True):
-        whole = vector_codes.distances(codes, vector_codes.encode(q, center))
-        order = ranked(cells, q)
-        ends = np.cumsum(cells.sizes[order])
-        where = _spans(cells, order)  # every code, best cells first
-        ranked_dist = whole[where]
-        for budget in budgets:
-            scanned = n if budget >= n else int(ends[int(np.searchsorted(ends, budget))])
-            found = 0.0
-            for rescore in rungs[budget]:
-                if found < 1.0:  # a deeper rung's picks hold a shallower one's
-                    picks = np.sort(cells.order[where[vector_codes.closest(ranked_dist[:scanned], rescore)]])
-                    found = vector_recall.hit_share(dot_rows(matrix[picks], q), bar, wanted)
-                hits.setdefault((budget, rescore), []).append(found)
+
+
+    def measured(queries: range) -> dict[tuple[int, int], list[float]]:
+        hits: dict[tuple[int, int], list[float]] = {}
+        for i in queries:
+            q, bar = probe.queries[i], probe.kth[i]
+            whole = vector_codes.distances(codes, vector_codes.encode(q, center), parallel=False)
+            order = ranked(cells, q)
+            ends = np.cumsum(cells.sizes[order])
+            where = _spans(cells, order)  # every code, best cells first
+            ranked_dist = whole[where]
+            for budget in budgets:
+                scanned = n if budget >= n else int(ends[int(np.searchsorted(ends, budget))])
+                found = 0.0
+                for rescore in rungs[budget]:
+                    if found < 1.0:  # a deeper rung's picks hold a shallower one's
+                        near = vector_codes.closest(ranked_dist[:scanned], rescore)
+                        picks = np.sort(cells.order[where[near]])
+                        found = vector_recall.hit_share(dot_rows(matrix[picks], q), bar, wanted)
+                    hits.setdefault((budget, rescore), []).append(found)
+        return hits
+
+    # the queries in two halves on two threads, their recalls joined in query order
+    # (no matrix products: never OpenBLAS)
+    half = (len(probe.queries) + 1) // 2 if threads(blas=False) > 1 and n >= _PARALLEL_ROWS \
+        else len(probe.queries)
+    with ThreadPoolExecutor(2, thread_name_prefix="hybridkb-cells") as pool:
+        first, second = pool.map(measured, (range(half), range(half, len(probe.queries))))
+    hits = {pair: first.get(pair, []) + second.get(pair, []) for pair in first.keys() | second.keys()}
     holding: dict[int, int] = {}
     for (budget, rescore), per_query in sorted(hits.items()):
         if budget not in holding and vector_recall.holds(per_query, target, sampled=probe.sampled):

@@ -93,14 +93,15 @@ def encode_columns(matrix: Any, n: int, center: npt.NDArray[np.float32]) -> Word
     return out
 
 
-def distances(columns: Words, query_code: Words) -> npt.NDArray[np.uint16]:
+def distances(columns: Words, query_code: Words, *, parallel: bool = True) -> npt.NDArray[np.uint16]:
     """Hamming distance of the query's code (one row of `encode`) to every stored code.
     Past PARALLEL_ROWS the rows are split over two threads (numpy releases the GIL):
-    1M rows 8-12 -> 5.6 ms on an idle 2-core machine."""
+    1M rows 8-12 -> 5.6 ms on an idle 2-core machine (not `parallel`: a caller's own
+    threads already use both cores)."""
     code = query_code.reshape(-1)
     n = columns.shape[1]
     out: npt.NDArray[np.uint16] = np.empty(n, dtype=np.uint16)
-    if n < PARALLEL_ROWS or (os.cpu_count() or 1) < 2:
+    if not parallel or n < PARALLEL_ROWS or (os.cpu_count() or 1) < 2:
         _distances_into(columns, code, out, 0, n)
         return out
     half = n // 2
