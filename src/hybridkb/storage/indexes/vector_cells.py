@@ -40,7 +40,7 @@ import numpy.typing as npt
 
 from . import vector_codes, vector_recall
 from .vector_codes import FAR, Words
-from .vector_math import as_float32, dot_rows
+from .vector_math import as_float32, dot_exact, dot_rows
 from .vector_recall import K, Probe
 
 Positions = npt.NDArray[np.int64]
@@ -125,9 +125,10 @@ def _kmeans(rows: npt.NDArray[np.float32], k: int, seeds: npt.NDArray[np.int64] 
         return rows.copy()
     centroids = rows[seeds].copy()
     members = np.zeros((k, len(rows)), dtype=np.float32)
+    scores = np.empty((len(rows), k), dtype=np.float32)  # kept: fresh pages cost (vector_math)
     every = np.arange(len(rows))
     for _ in range(ITERATIONS):
-        nearest = np.argmax(rows @ centroids.T, axis=1)
+        nearest = np.argmax(np.matmul(rows, centroids.T, out=scores), axis=1)
         filled = np.bincount(nearest, minlength=k) > 0
         # each cell's sum as one product with its members' indicator rows: a reduceat over
         # the rows grouped by cell cost 10x as much (65,536 x 384 rows, 63 cells: 90 ms a round)
@@ -178,11 +179,14 @@ def train(matrix: Any, n: int, seed: int = 15) -> Trained | None:
     return Trained(coarse, fine, first)
 
 
-def assign(block: npt.NDArray[np.float32], trained: Trained) -> npt.NDArray[np.int64]:
+def assign(block: npt.NDArray[np.float32], trained: Trained,
+           scores: npt.NDArray[np.float32] | None = None) -> npt.NDArray[np.int64]:
     """Each row's cell: its nearest coarse centroid's nearest fine one. The rows are grouped
     by coarse cell with one stable argsort (a 16-bit key: a radix sort), not a scan of the
-    block per coarse cell."""
-    near = np.argmax(block @ trained.coarse.T, axis=1)
+    block per coarse cell. `scores`: a kept buffer of at least len(block) x coarse floats."""
+    out_scores = None if scores is None else \
+        scores[: len(block) * len(trained.coarse)].reshape(len(block), len(trained.coarse))
+    near = np.argmax(np.matmul(block, trained.coarse.T, out=out_scores), axis=1)
     out = np.empty(len(block), dtype=np.int64)
     grouped = np.argsort(near.astype(np.uint16) if len(trained.coarse) <= 65_536 else near, kind="stable")
     bounds = np.searchsorted(near[grouped], np.arange(len(trained.coarse) + 1))
@@ -347,7 +351,7 @@ def calibrate(cells: Cells, codes: Words, center: npt.NDArray[np.float32], matri
                     if found < 1.0:  # a deeper rung's picks hold a shallower one's
                         near = vector_codes.closest(ranked_dist[:scanned], rescore)
                         picks = np.sort(cells.order[where[near]])
-                        found = vector_recall.hit_share(dot_rows(matrix[picks], q), bar, wanted)
+                        found = vector_recall.hit_share(dot_exact(matrix, q, picks), bar, wanted)
                     hits.setdefault((budget, rescore), []).append(found)
         return hits
 

@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 from ..workers import Workers
 from . import vector_recall
-from .vector_math import as_float32, dot_rows
+from .vector_math import as_float32, dot_exact, dot_rows
 from .vector_recall import K, Probe
 
 Words = npt.NDArray[np.uint64]
@@ -72,10 +72,13 @@ def center_of(matrix: Any, n: int, seed: int = 15) -> npt.NDArray[np.float32]:
     return out
 
 
-def encode(vectors: Any, center: npt.NDArray[np.float32]) -> Words:
-    """Row-major codes: (rows, words) uint64, bit set where a component exceeds the center."""
+def encode(vectors: Any, center: npt.NDArray[np.float32], above: npt.NDArray[np.bool_] | None = None
+           ) -> Words:
+    """Row-major codes: (rows, words) uint64, bit set where a component exceeds the center
+    (`above`: a kept buffer of at least the block's shape for the comparison)."""
     block = np.atleast_2d(as_float32(vectors))
-    bits = np.packbits(block > center, axis=1)
+    greater = np.greater(block, center, out=None if above is None else above[: len(block)])
+    bits = np.packbits(greater, axis=1)
     pad = (-bits.shape[1]) % 8
     if pad:
         bits = np.pad(bits, ((0, 0), (0, pad)))
@@ -187,7 +190,7 @@ def calibrate(columns: Words, center: npt.NDArray[np.float32], matrix: Any, prob
         dist = distances(columns, encode(q, center))
         for i, rescore in enumerate(rungs):
             picks = closest(dist, rescore)
-            scores = dot_rows(matrix[picks], q)
+            scores = dot_exact(matrix, q, picks)
             hits[i, j] = vector_recall.hit_share(scores, bar, wanted)
             if hits[i, j] >= 1.0:
                 # A deeper rung's picks hold this one's (closest keeps the nearer rows and

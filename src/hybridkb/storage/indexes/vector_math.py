@@ -56,6 +56,22 @@ def as_float32(block: Any) -> npt.NDArray[np.float32]:
     return widened
 
 
+def rows_into(matrix: Any, start: int, stop: int, out: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """Rows start..stop of `matrix` (float32, float16 or ScaledRows) as float32, written into
+    `out` (at least stop - start rows): what `as_float32(matrix[start:stop])` gives, bit for
+    bit, in a buffer the caller keeps (fresh pages cost as much as the arithmetic: 1M int8
+    rows times their scale took 0.60 s into fresh arrays, 0.21 s into one kept buffer)."""
+    rows = out[: stop - start]
+    if isinstance(matrix, ScaledRows):
+        rows[...] = matrix.codes[start:stop]
+        rows *= np.asarray(matrix.scales[start:stop], dtype=np.float32)[:, None]
+    elif getattr(matrix, "dtype", None) == np.float16:
+        np.multiply(_widen(matrix[start:stop], rows.view(np.int32)), _SCALE, out=rows)
+    else:
+        rows[...] = matrix[start:stop]
+    return rows
+
+
 class ScaledRows:
     """Rows kept as int8 codes times a float32 scale per row (quantize()); indexing gives
     the rows back as float32 (close to the originals: the build's measurements use them)."""
@@ -111,6 +127,26 @@ def dot_rows(block: Any, query: Any, positions: Any = None) -> npt.NDArray[np.fl
         return _dot_half(block, q, positions)
     rows = np.asarray(block if positions is None else block[positions], dtype=np.float32)
     out: npt.NDArray[np.float32] = np.einsum("ij,j->i", rows, q)  # (0, dim) gives (0,)
+    return out
+
+
+def dot_exact(block: Any, query: Any, positions: Any) -> npt.NDArray[np.float32]:
+    """`dot_rows(block[positions], query)` bit for bit (for ScaledRows: the rows times their
+    scale, then the product, unlike `dot_rows(block, query, positions)`, which scales the
+    products), the rows made a block at a time in this thread's kept buffer: a build's
+    measurement gathers up to 16,384 rows at a time, and fresh arrays of them were most of it."""
+    if not isinstance(block, ScaledRows):
+        return dot_rows(block[positions], query)
+    q = np.asarray(query, dtype=np.float32).reshape(-1)
+    n = len(positions)
+    out: npt.NDArray[np.float32] = np.empty(n, dtype=np.float32)
+    buffer = _buffer(q.shape[0]).view(np.float32)
+    for start in range(0, n, _BLOCK):
+        sel = positions[start : start + _BLOCK]
+        rows = buffer[: len(sel)]
+        rows[...] = block.codes[sel]
+        rows *= np.asarray(block.scales[sel], dtype=np.float32)[:, None]
+        np.einsum("ij,j->i", rows, q, out=out[start : start + len(sel)])
     return out
 
 

@@ -102,11 +102,17 @@ def kth_scores(matrix: Any, queries: npt.NDArray[np.float32], k: int = K) -> npt
                    for start in range(0, len(matrix), _BLOCK)], k)
 
 
-def best_of(scores: npt.NDArray[np.float32], k: int = K) -> npt.NDArray[np.float32]:
+def best_of(scores: npt.NDArray[np.float32], k: int = K, *, in_place: bool = False
+            ) -> npt.NDArray[np.float32]:
     """The k best of each row of `scores` (queries x rows), in no order: a partition, not a
-    sort (sorting 50 x 65,536 scores a block was a tenth of a 1M build)."""
+    sort (sorting 50 x 65,536 scores a block was a tenth of a 1M build); `in_place`: the
+    partition reorders `scores` itself (a kept buffer) and the best are copied out."""
     if scores.shape[1] <= k:
-        return scores
+        return scores.copy() if in_place else scores
+    if in_place:
+        scores.partition(scores.shape[1] - k, axis=1)
+        kept: npt.NDArray[np.float32] = scores[:, -k:].copy()
+        return kept
     out: npt.NDArray[np.float32] = np.partition(scores, scores.shape[1] - k, axis=1)[:, -k:]
     return out
 

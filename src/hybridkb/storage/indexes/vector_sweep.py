@@ -14,6 +14,7 @@ vector_cells.threads).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import vector_cells, vector_codes, vector_recall
-from .vector_math import as_float32
+from .vector_math import rows_into
 
 BLOCK = 32_768  # rows a thread takes at a time (48 MB of float32 at 384 dimensions)
 
@@ -46,18 +47,26 @@ def sweep(matrix: Any, n: int, center: npt.NDArray[np.float32],
     columns: vector_codes.Words = np.empty((vector_codes.words_per_code(dim), n), dtype=np.uint64)
     starts = list(range(0, n, BLOCK))
     parts: list[npt.NDArray[np.float32] | None] = [None] * len(starts)
+    kept = threading.local()  # each thread's buffers, kept across its blocks (vector_math.rows_into)
 
     def one(i: int) -> None:
         if cancelled():
             return
+        if not hasattr(kept, "rows"):
+            kept.rows = np.empty((min(n, BLOCK), dim), dtype=np.float32)
+            kept.above = np.empty((min(n, BLOCK), dim), dtype=bool)
+            kept.scores = np.empty(min(n, BLOCK) * max(len(queries) if queries is not None else 0,
+                                                      len(trained.coarse) if trained is not None else 0),
+                                   dtype=np.float32)
         start = starts[i]
         stop = min(n, start + BLOCK)
-        rows = as_float32(matrix[start:stop])
+        rows = rows_into(matrix, start, stop, kept.rows)
         if trained is not None:
-            cell[start:stop] = vector_cells.assign(rows, trained)
-        columns[:, start:stop] = vector_codes.encode(rows, center).T
+            cell[start:stop] = vector_cells.assign(rows, trained, kept.scores)
+        columns[:, start:stop] = vector_codes.encode(rows, center, kept.above).T
         if queries is not None:
-            parts[i] = vector_recall.best_of(queries @ rows.T)
+            scores = kept.scores[: len(queries) * len(rows)].reshape(len(queries), len(rows))
+            parts[i] = vector_recall.best_of(np.matmul(queries, rows.T, out=scores), in_place=True)
 
     count = workers or vector_cells.threads(blas=True)
     if count < 2 or len(starts) < 2:
