@@ -34,6 +34,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -519,14 +520,20 @@ def _write_codes(tmp: Path, matrix: Any, n: int, queries: npt.NDArray[np.float32
     """The codes, stored cell by cell (vector_cells.py), their measured effort, and the
     queries measured on (`queries`, the store's own, or pseudo-queries): the rows' cells,
     codes and the queries' exact top 10 made in one pass over the rows (vector_sweep.py)."""
-    center = vector_codes.center_of(matrix, n)
-    trained = vector_cells.train(matrix, n)
     asked = queries is not None
-    queries = queries if queries is not None else pseudo_queries(matrix, n)
-    swept = vector_sweep.sweep(matrix, n, center, trained, queries, cancelled=cancelled)
+    # the samples are independent: the codes' centre and the pseudo-queries are made on
+    # another thread while the cells train (numpy releases the GIL)
+    with ThreadPoolExecutor(1, thread_name_prefix="hybridkb-samples") as pool:
+        centered = pool.submit(vector_codes.center_of, matrix, n)
+        made = None if asked else pool.submit(pseudo_queries, matrix, n)
+        trained = vector_cells.train(matrix, n)
+        center = centered.result()
+        measuring = made.result() if made is not None else queries
+    assert measuring is not None
+    swept = vector_sweep.sweep(matrix, n, center, trained, measuring, cancelled=cancelled)
     if cancelled() or swept.kth is None:
         raise BuildCancelled
-    probed = Probe(queries, swept.kth, sampled=asked)
+    probed = Probe(measuring, swept.kth, sampled=asked)
     cells = vector_cells.from_assigned(trained, swept.cell, int(center.shape[0]))
     columns = vector_cells.permute(swept.columns, cells)
     del swept
