@@ -530,6 +530,7 @@ def _write_codes(tmp: Path, matrix: Any, n: int, queries: npt.NDArray[np.float32
         center = centered.result()
         measuring = made.result() if made is not None else queries
     assert measuring is not None
+    measuring = np.ascontiguousarray(measuring, dtype=np.float32)  # the sweep's products write float32
     swept = vector_sweep.sweep(matrix, n, center, trained, measuring, cancelled=cancelled)
     if cancelled() or swept.kth is None:
         raise BuildCancelled
