@@ -21,10 +21,9 @@ int8 stored values cap this set's recall@10 near 0.95 whatever the effort). The 
 with the cells' k-means: built from the stored values themselves rather than their float16
 rounding, the same items chose 32,768 and 4,096 (both measured 0.954 on the pseudo-queries;
 on the real queries 0.965 against 0.974 of the exact top 10 of the stored values, 2.9
-against 3.8 ms a search). How many rows
-to scan and to rescore is measured per build on the same queries as every first pass
-(vector_recall.py): of the pairs holding the target, the least work; scanning every cell
-is the last rung, i.e. the whole-base scan.
+against 3.8 ms a search). How many rows to scan and to rescore is measured per build on
+the same queries as every first pass (vector_recall.py): of the pairs holding the target,
+the least work; scanning every cell is the last rung, i.e. the whole-base scan.
 """
 
 from __future__ import annotations
@@ -188,12 +187,18 @@ def assign(block: npt.NDArray[np.float32], trained: Trained,
         scores[: len(block) * len(trained.coarse)].reshape(len(block), len(trained.coarse))
     near = np.argmax(np.matmul(block, trained.coarse.T, out=out_scores), axis=1)
     out = np.empty(len(block), dtype=np.int64)
-    grouped = np.argsort(near.astype(np.uint16) if len(trained.coarse) <= 65_536 else near, kind="stable")
+    grouped = _grouped(near, len(trained.coarse))
     bounds = np.searchsorted(near[grouped], np.arange(len(trained.coarse) + 1))
     for j in np.flatnonzero(np.diff(bounds)):
         members = grouped[bounds[j] : bounds[j + 1]]
         out[members] = trained.first[j] + np.argmax(block[members] @ trained.fine[j].T, axis=1)
     return out
+
+
+def _grouped(labels: npt.NDArray[np.int64], count: int) -> npt.NDArray[np.intp]:
+    """Positions of `labels` (each below `count`) grouped by label, in their order within a
+    label: a stable argsort, on a 16-bit key where the labels fit one (numpy's radix sort)."""
+    return np.argsort(labels.astype(np.uint16) if count <= 65_536 else labels, kind="stable")
 
 
 def from_assigned(trained: Trained | None, cell: npt.NDArray[np.int64], dim: int) -> Cells:
@@ -202,8 +207,7 @@ def from_assigned(trained: Trained | None, cell: npt.NDArray[np.int64], dim: int
     if trained is None:
         return Cells(np.zeros((0, dim), np.float32), np.zeros(1, np.int64), np.zeros(0, np.int32))
     centroids = trained.centroids
-    key = cell.astype(np.uint16) if len(centroids) <= 65_536 else cell
-    order = np.argsort(key, kind="stable").astype(np.int32)
+    order = _grouped(cell, len(centroids)).astype(np.int32)
     counts = np.bincount(cell, minlength=len(centroids))
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     return Cells(centroids, offsets, order)
