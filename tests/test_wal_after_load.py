@@ -56,3 +56,23 @@ def test_a_reader_keeps_the_wal_and_the_load_does_not_wait(tmp_path: Path,
         kb.add(text="after the reader", id="x")
         assert _wal(path) == 0
         assert kb.count() == 401
+
+
+def _checkpoint_pages(kb: hybridkb.KnowledgeBase) -> int:
+    return int(kb.backend._read("PRAGMA wal_autocheckpoint")[0][0])  # type: ignore[attr-defined]
+
+
+def test_a_bulk_load_checkpoints_less_often_and_restores_the_interval(tmp_path: Path) -> None:
+    """While add_many writes, SQLite's automatic checkpoint waits for BULK_CHECKPOINT_PAGES
+    (a load's random id-index pages are copied once for many commits, not once for four);
+    after it, failing or not, the default interval is back for ordinary writes."""
+    seen: list[int] = []
+    with hybridkb.open(tmp_path / "kb.db", embedder=HashingEmbedder(16)) as kb:
+        assert _checkpoint_pages(kb) == maintenance.CHECKPOINT_PAGES
+        kb.add_many(_items(600), batch_size=200, progress=lambda n: seen.append(_checkpoint_pages(kb)))
+        assert seen == [maintenance.BULK_CHECKPOINT_PAGES] * 3
+        assert _checkpoint_pages(kb) == maintenance.CHECKPOINT_PAGES
+        with pytest.raises(hybridkb.InvalidInputError):
+            kb.add_many([*_items(300, start=600), {"id": "bad", "text": 5}], batch_size=100)
+        assert _checkpoint_pages(kb) == maintenance.CHECKPOINT_PAGES
+        assert kb.count() == 900  # the batches before the bad item are in

@@ -296,13 +296,13 @@ class SQLiteBackend:
 
     @contextmanager
     def bulk_writes(self) -> Iterator[None]:
-        """Around add_many's batches: each also goes into the text index (feeding); the vector
-        base is built while its last commit runs (a failure: the next search's to retry); WAL cut."""
+        """Around add_many's batches: each also goes into the text index (feeding); the vector base
+        is built while its last commit runs (a failure: the next search's to retry); WAL cut."""
         def settle() -> None:
             if (dim := self.vector_dim()) is not None and not (self.newer_schema or self.damaged):
                 with suppress(Exception):
                     self._vectors.settle(dim)
-        with self._text.feeding(meanwhile=settle):
+        with maintenance.bulk_checkpoints(self._conn, self._lock), self._text.feeding(meanwhile=settle):
             yield
         if self.index_dir is not None:  # a file, not ":memory:"
             with self._lock, suppress(self._database_error):
