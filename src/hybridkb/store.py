@@ -146,17 +146,22 @@ class KnowledgeBase:
 
     def add_many(
         self, items: Iterable[Item | Mapping[str, Any]], *, replace: bool = False,
-        batch_size: int = 256, progress: Progress | None = None, embed: str | None = None,
+        batch_size: int | None = None, progress: Progress | None = None, embed: str | None = None,
         within: Sequence[str] | None = None,
     ) -> list[str]:
         """Add items in batches; each batch is one transaction (all of it or none).
+
+        `batch_size`: items per batch. Unset: 256 while the model embeds them on the way,
+        up to 10,000 while nothing is to embed (vectors given, `embed="defer"`, no model),
+        which writes a large load faster (batches.py).
 
         Vectors are computed for new or changed text only (by content hash), before the
         commit with `embed="sync"`, later with `embed="defer"` (default: `self.embed_mode`).
         `within` (with `replace`): an existing item is replaced only when it is in one of these
         corpora, checked by the write itself; else NotFoundError and its batch is not written.
         """
-        validation.check_batch_size(batch_size)
+        if batch_size is not None:
+            validation.check_batch_size(batch_size)
         if not isinstance(replace, bool):
             raise InvalidInputError(f"replace must be true or false, got {replace!r:.60}")
         within = None if within is None else validation.corpus_names(within)
@@ -171,11 +176,18 @@ class KnowledgeBase:
             nonlocal dim
             dim = self._input_dim()
 
+        embeds = self.embedder is not None and not defer
+
+        def batch_limit(prepared: batches.Prepared) -> int:
+            if batch_size is not None:
+                return batch_size
+            return batches.BATCH if embeds and prepared[1] is None else batches.LARGE_BATCH
+
         with self.backend.bulk_writes():  # searchable by text when this returns
             return batches.write_batches(
                 items, lambda raw: item_input.prepare(raw, dim),
                 lambda batch, prints: self._write_batch(batch, replace, defer, prints, within),
-                batch_size, progress, after_batch=read_dim)
+                batch_limit, progress, after_batch=read_dim)
 
     def upsert_many(self, items: Iterable[Item | Mapping[str, Any]], **options: Any) -> list[str]:
         return self.add_many(items, replace=True, **options)
