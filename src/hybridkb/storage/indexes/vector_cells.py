@@ -17,7 +17,8 @@ build's pseudo-queries chose 65,536 rows scanned and 4,096 rescored; on 300 real
 that gave recall@10 0.934 and the 300-deep list 0.934 against numpy's float32 top 10,
 where the whole-base scan rescoring 4,096 gave 0.931 and 0.921, for half its CPU (5.0
 against 10.0 ms a search; with float16 stored vectors the same pair gave 0.972 and 0.940:
-int8 stored values cap this set's recall@10 near 0.95 whatever the effort). The pair moves
+int8 stored values cap this set's recall@10 against float32 at 0.96 whatever the effort:
+vector_recall.py). The pair moves
 with the cells' k-means: built from the stored values themselves rather than their float16
 rounding, the same items chose 32,768 and 4,096 (both measured 0.954 on the pseudo-queries;
 on the real queries 0.965 against 0.974 of the exact top 10 of the stored values, 2.9
