@@ -162,12 +162,18 @@ def measure(workdir: Path, kb: Any, texts: Sequence[str], vectors: np.ndarray[An
     query's exact top `limit` over the vectors given (computed before, so the exact
     matrix need not stay in memory beside the engines); `stored_truth`: the same over the
     values hybridkb stores (int8 and a scale a row), for its second reading: what its
-    index finds of its own exact answer."""
+    index finds of its own exact answer, and `vector_recall@10_ceiling`: what that exact
+    answer holds of the float32 one (int8 storage's cost, whatever the index's effort:
+    storage/indexes/vector_recall.py)."""
     n = len(texts)
     out: dict[str, Any] = {"hybridkb": {"ingest_s": round(hybridkb_ingest_s, 3),
                                         "items_per_s": round(n / hybridkb_ingest_s, 1),
                                         "first_fts_s": round(hybridkb_first_fts_s, 4),
                                         "disk_bytes": hybridkb_bytes}}
+    if stored_truth is not None:
+        out["hybridkb"]["vector_recall@10_ceiling"] = round(float(np.mean(
+            [len(set(own) & set(want)) / max(1, len(want))
+             for own, want in zip(stored_truth, truth, strict=True)])), 4)
     peers = []
     for name in available() if names is None else names:
         log(f"peer {name}: ingest of {n:,} items (vectors given) and its indexes")

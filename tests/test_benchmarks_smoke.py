@@ -167,6 +167,9 @@ def test_the_peers_run_beside_the_store_in_one_loop(tmp_path: Path) -> None:
     assert out["queries"] == 12 and out["hybridkb"]["hybrid"]["n"] == 12
     assert out["hybridkb"]["vector_recall@10"] >= 0.99  # rowid r is item r - 1: exact scans
     assert out["hybridkb"]["vector_recall@10_of_stored"] >= 0.99
+    own = [stored.search(q, 10) for q in query_vectors]
+    ceiling = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(own, truth, strict=True)])
+    assert out["hybridkb"]["vector_recall@10_ceiling"] == round(float(ceiling), 4) > 0.9
     for name in peers.available():
         fig = out[name]
         assert fig["vector"]["n"] == 12 and fig["disk_bytes"] > 0 and fig["items_per_s"] > 0

@@ -38,9 +38,10 @@ Holding the codes to 0.96 with the mean less Z standard errors (pseudo-queries t
 16,384 / 2,048 at 100k (0.976 stored, 0.965 float32; the code pass 0.4 ms longer) and
 65,536 / 8,192 at 1M (0.980 and 0.943 on 300 queries, 0.955 float32 on the first 100; a
 hybrid search 14% slower, 12.0 -> 13.7 ms in one process, interleaved: the last run's
-lead over LanceDB there was 11.8 against 13.2 ms), so it is not the rule. Neither is a larger sample (the default
-draws of 200 and 500 still passed 16,384 / 512 and 8,192 / 512 at 100k; a 1M build 7 s
-longer at 200) nor rungs between the ladder's (more pairs, more pass by chance).
+lead over LanceDB there was 11.8 against 13.2 ms), so it is not the rule. Neither is a
+larger sample (the default draws of 200 and 500 still passed 16,384 / 512 and 8,192 / 512
+at 100k; a 1M build 7 s longer at 200) nor rungs between the ladder's (more pairs, more
+pass by chance).
 """
 
 from __future__ import annotations
