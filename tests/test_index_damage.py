@@ -9,11 +9,13 @@ keeps its indexes inside the database (nothing beside it to damage), so this is 
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -239,3 +241,39 @@ def test_damage_under_an_open_vector_base_is_seen_before_the_next_search(store: 
     assert any("vector index is damaged" in n and "rebuilt" in n for n in notes), notes
     assert kb.check()["ok"]
     kb.close()
+
+
+def _merge_meanwhile(folder: Path) -> None:
+    """What a commit or merge of the text index does to the files (the store's own text
+    sync, another process): the segments' data under new segment ids, meta.json rewritten
+    to list them, the old files removed."""
+    meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    for seg in meta["segments"]:
+        old, new = seg["segment_id"].replace("-", ""), uuid.uuid4()
+        for path in folder.glob(f"{old}.*"):
+            path.rename(folder / (new.hex + path.name[len(old):]))
+        seg["segment_id"] = str(new)
+    (folder / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+
+
+def test_a_commit_while_the_text_index_is_checked_is_not_damage(
+        store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = index_dir(store) / "text"
+    listed_once: list[bool] = []
+    real = verify.segment_files
+
+    def segment_files(at: Path) -> tuple[list[str], list[str]]:
+        listing = real(at)
+        if not listed_once:  # the files listed are gone before they are read
+            listed_once.append(True)
+            _merge_meanwhile(at)
+        return listing
+
+    monkeypatch.setattr(verify, "segment_files", segment_files)
+    assert verify.text_problems(folder, None, full=True) == []
+    assert listed_once
+    with open_kb(store) as kb:
+        assert kb.check()["ok"]
+        answers_right(kb)
+    overwrite(largest(store, "*.term"), 4096, 0)  # damage is still found
+    assert any("checksum" in p for p in verify.text_problems(folder, None, full=True))

@@ -189,10 +189,32 @@ def text_stamps(folder: Path) -> dict[str, list[int]]:
     return out
 
 
+_TEXT_ATTEMPTS = 3
+
+
 def text_problems(folder: Path, stamps: Mapping[str, Any] | None, *, full: bool) -> list[str]:
     """What is wrong with the text index's live segment files (empty: sound). Without `full`,
     only files whose size or mtime differ from `stamps` (or that it does not list) have
-    their footer checksum read."""
+    their footer checksum read. A commit or merge that ends while the files are read (the
+    store's own text sync, another process) removes segments meta.json listed before it: when
+    meta.json changed meanwhile, the new list is checked instead of reporting them gone."""
+    problems: list[str] = []
+    for _ in range(_TEXT_ATTEMPTS):
+        before = _meta_bytes(folder)
+        problems = _text_problems_now(folder, stamps, full=full)
+        if not problems or _meta_bytes(folder) == before:
+            break
+    return problems
+
+
+def _meta_bytes(folder: Path) -> bytes | None:
+    try:
+        return (folder / "meta.json").read_bytes()
+    except OSError:
+        return None
+
+
+def _text_problems_now(folder: Path, stamps: Mapping[str, Any] | None, *, full: bool) -> list[str]:
     try:
         files, missing = segment_files(folder)
     except (OSError, ValueError, KeyError, TypeError) as exc:
