@@ -1,5 +1,6 @@
 """add_many's batches when the caller names no size (batches.py): small while the model
-embeds on the way, large while nothing is to embed, each one transaction, on both backends."""
+embeds on the way, growing to large while nothing is to embed, each one transaction, on
+both backends."""
 
 from __future__ import annotations
 
@@ -26,9 +27,9 @@ def _items(n: int, *, vectors: bool, start: int = 0) -> list[dict[str, Any]]:
 
 def test_vectors_given_go_in_large_batches(kb: KnowledgeBase) -> None:
     progress: list[int] = []
-    kb.add_many(_items(25, vectors=True), progress=progress.append)
-    assert progress == [10, 10, 5]
-    assert kb.count() == 25
+    kb.add_many(_items(35, vectors=True), progress=progress.append)
+    assert progress == [4, 8, 10, 10, 3]  # from the small size, doubling up to the large
+    assert kb.count() == 35
 
 
 def test_items_the_model_embeds_go_in_small_batches(kb: KnowledgeBase) -> None:
@@ -40,24 +41,25 @@ def test_items_the_model_embeds_go_in_small_batches(kb: KnowledgeBase) -> None:
 
 def test_deferred_embedding_goes_in_large_batches(kb: KnowledgeBase) -> None:
     progress: list[int] = []
-    kb.add_many(_items(12, vectors=False), progress=progress.append, embed="defer")
-    assert progress == [10, 2]
+    kb.add_many(_items(25, vectors=False), progress=progress.append, embed="defer")
+    assert progress == [4, 8, 10, 3]
 
 
 def test_a_store_without_a_model_goes_in_large_batches(fts_kb: KnowledgeBase) -> None:
     progress: list[int] = []
-    fts_kb.add_many(_items(12, vectors=False), progress=progress.append)
-    assert progress == [10, 2]
-    assert len(fts_kb.search("kestrels", mode="fts", limit=20).hits) == 12
+    fts_kb.add_many(_items(25, vectors=False), progress=progress.append)
+    assert progress == [4, 8, 10, 3]
+    assert len(fts_kb.search("kestrels", mode="fts", limit=30).hits) == 25
 
 
 def test_an_item_to_embed_closes_a_large_batch_at_the_small_size(kb: KnowledgeBase) -> None:
-    """Seven items with vectors, then one without: the batch is full at eight (past four)."""
-    items = _items(7, vectors=True) + _items(1, vectors=False, start=7) + _items(12, vectors=True, start=8)
+    """Seventeen items with vectors, then one without: the third batch is full at six (past
+    four); the next grows from there."""
+    items = _items(17, vectors=True) + _items(1, vectors=False, start=17) + _items(14, vectors=True, start=18)
     progress: list[int] = []
     kb.add_many(items, progress=progress.append)
-    assert progress == [8, 10, 2]
-    assert kb.count() == 20
+    assert progress == [4, 8, 6, 10, 4]
+    assert kb.count() == 32
 
 
 def test_a_named_size_is_kept_and_each_batch_is_all_or_nothing(kb: KnowledgeBase) -> None:
@@ -65,9 +67,9 @@ def test_a_named_size_is_kept_and_each_batch_is_all_or_nothing(kb: KnowledgeBase
     kb.add_many(_items(7, vectors=True), batch_size=3, progress=progress.append)
     assert progress == [3, 3, 1]
     items = _items(25, vectors=True, start=100)
-    items[14]["id"] = items[13]["id"]  # the second large batch (items 10-19) holds a twin
+    items[14]["id"] = items[13]["id"]  # the third batch (items 12-21) holds a twin
     with pytest.raises(InvalidInputError, match="twice in one batch"):
         kb.add_many(items)
-    assert kb.count() == 7 + 10  # the first batch is in, the second none of it
+    assert kb.count() == 7 + 12  # the batches before it are in, that one none of it
     with pytest.raises(InvalidInputError, match="batch_size"):
         kb.add_many(_items(2, vectors=True), batch_size=0)

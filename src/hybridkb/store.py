@@ -151,9 +151,9 @@ class KnowledgeBase:
     ) -> list[str]:
         """Add items in batches; each batch is one transaction (all of it or none).
 
-        `batch_size`: items per batch. Unset: 256 while the model embeds them on the way,
-        up to 10,000 while nothing is to embed (vectors given, `embed="defer"`, no model),
-        which writes a large load faster (batches.py).
+        `batch_size`: items per batch. Unset: 256 while the model embeds them on the way;
+        while nothing is to embed (vectors given, `embed="defer"`, no model) from 256,
+        each batch twice the last, up to 10,000, which writes a large load faster (batches.py).
 
         Vectors are computed for new or changed text only (by content hash), before the
         commit with `embed="sync"`, later with `embed="defer"` (default: `self.embed_mode`).
@@ -187,7 +187,8 @@ class KnowledgeBase:
             return batches.write_batches(
                 items, lambda raw: item_input.prepare(raw, dim),
                 lambda batch, prints: self._write_batch(batch, replace, defer, prints, within),
-                batch_limit, progress, after_batch=read_dim)
+                batch_limit, progress, ramp_from=None if batch_size is not None else batches.BATCH,
+                after_batch=read_dim)
 
     def upsert_many(self, items: Iterable[Item | Mapping[str, Any]], **options: Any) -> list[str]:
         return self.add_many(items, replace=True, **options)
