@@ -90,7 +90,8 @@ def write_batches(
                 ahead = batch
             else:  # a worker just started gets the next batch: it imports while this one is written
                 done(batch, write(batch, None))
-            ramp = ramp if ramp_from is None else min(sys.maxsize, 2 * len(batch))
+            if ramp_from is not None:
+                ramp = 2 * len(batch)
             batch, size = [], ramp
             after_batch()
         write_ahead()

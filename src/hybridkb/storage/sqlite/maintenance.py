@@ -47,6 +47,7 @@ def bulk_checkpoints(conn: Any, lock: AbstractContextManager[Any]) -> Iterator[N
         with lock:
             conn.execute(f"PRAGMA wal_autocheckpoint = {CHECKPOINT_PAGES}")
 
+
 WAL_CUT_BYTES = 4 << 20  # a WAL this large after a bulk write is cut (SQLite's own
 # checkpoints, every 1000 pages, restart it but keep its file at the largest it grew to)
 
